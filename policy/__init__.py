@@ -1,0 +1,1 @@
+"""Refusal policy: gates, messages, handoff, recheck, evaluation. Pure; imports kb only."""

@@ -1,0 +1,100 @@
+"""`run.py ask`: one typed question through the full text path, Decision JSON on stdout."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+
+def fail(message: str, code: int = 2) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def parse_facets(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        key, sep, value = p.partition("=")
+        if not sep or not key or not value:
+            raise ValueError(f"facet {p!r} must look like key=value, e.g. customer_type=business")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def load_engine(args: argparse.Namespace, **kw):  # noqa: ANN201 - Engine, imported lazily
+    """Load the engine for a CLI command, turning bad input into one-line errors."""
+    from kb.loader import KBNotFound
+
+    from .config import PolicyConfigError
+    from .engine import Engine
+
+    on_date = dt.date.fromisoformat(args.date) if getattr(args, "date", None) else None
+    try:
+        engine = Engine.load(args.kb, policy_file=getattr(args, "policy_file", None),
+                             state_dir=getattr(args, "state_dir", "var"), on_date=on_date, **kw)
+    except (KBNotFound, PolicyConfigError) as exc:
+        raise SystemExit(fail(str(exc)))
+    for problem in engine.kb.problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return engine
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kb", required=True, help="knowledge base directory")
+    p.add_argument("--state-dir", default="var", help="where audit log and handoffs are written (default: var)")
+    p.add_argument("--policy-file", help="policy YAML overriding policy/default_policy.yaml")
+    p.add_argument("--date", help="decide as of this ISO date (default: today)")
+
+
+def cli(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="run.py ask", description="Ask one question; prints the Decision JSON.")
+    add_common(p)
+    p.add_argument("--role", default=None, help="caller role for ACLs (default: public)")
+    p.add_argument("--facet", action="append", default=[], metavar="KEY=VALUE", help="known caller facet")
+    p.add_argument("--session", help="JSON file keeping conversation state across invocations")
+    p.add_argument("--policy", default="gated", choices=["gated", "threshold", "minimal"])
+    p.add_argument("--fault", action="append", default=[], help="inject a fault (retrieval_unavailable, embedding_unavailable)")
+    p.add_argument("--debug", action="store_true", help="include retrieval hits and timings")
+    p.add_argument("question")
+    args = p.parse_args(argv)
+    if not Path(args.kb).is_dir():
+        return fail(f"knowledge base directory not found: {args.kb}")
+    try:
+        facets = parse_facets(args.facet)
+    except ValueError as exc:
+        return fail(str(exc))
+    state = _load_state(args.session) if args.session else {}
+    engine = load_engine(args)
+    session = engine.session(role=args.role or state.get("role", "public"),
+                             facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),
+                             policy=args.policy)
+    session.pending_question = state.get("pending_question")
+    session.transcript = state.get("transcript", [])
+    out = session.turn(args.question, faults=args.fault)
+    d = out.decision
+    if args.debug:
+        d = d.model_copy(update={"debug": {"gate": out.gate, "normalized_question": out.normalized_question,
+                                           "timings_ms": out.timings_ms, "audit_id": out.audit_id,
+                                           "hits": [h.model_dump(exclude={"text"}) for h in (out.retrieval.hits if out.retrieval else [])]}})
+        print(d.model_dump_json(indent=2))
+    else:
+        print(json.dumps(d.public_dict(), indent=2, ensure_ascii=False))
+    if args.session:
+        Path(args.session).write_text(json.dumps({
+            "session_id": session.session_id, "role": session.role, "facets": session.facets,
+            "pending_question": session.pending_question, "transcript": session.transcript}, indent=2))
+    return 0
+
+
+def _load_state(path: str) -> dict:
+    p = Path(path)
+    if not p.exists():
+        return {}
+    try:
+        data = json.loads(p.read_text())
+        return data if isinstance(data, dict) else {}
+    except json.JSONDecodeError:
+        print(f"warning: session file {path} is not valid JSON; starting a new conversation", file=sys.stderr)
+        return {}

@@ -1,0 +1,131 @@
+"""Spoken messages for the four actions. Answers are extractive: sentences lifted from the cited
+section, never generated. Nothing here names a document the caller may not see: every title and
+quote comes from this turn's hits, which are already filtered by the caller's role."""
+from __future__ import annotations
+
+import re
+
+from kb.tokenize import content_terms
+
+from .config import PolicyConfig
+from .decision import Action, Citation, Reason
+from .evidence import GradedHit
+from .gates import GateOutcome
+from .signals import evidence_has_fact
+
+_SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*$])")
+MAX_ANSWER_WORDS = 60
+
+
+def sentences(text: str) -> list[str]:
+    """Split prose into sentences; list items and line breaks also end a sentence."""
+    out: list[str] = []
+    for line in text.splitlines():
+        line = re.sub(r"^\s*([-*+]|\d+[.)])\s+", "", line).strip()
+        if not line or line.startswith("|"):
+            continue
+        out.extend(s.strip() for s in _SENT_SPLIT.split(line) if s.strip())
+    return out
+
+
+def _speakable_source(g: GradedHit) -> str:
+    title = g.hit.title.rstrip(".")
+    title = title[0].lower() + title[1:] if title[:1].isupper() and not title[:2].isupper() else title
+    version = f", version {g.hit.version}" if g.hit.version else ""
+    return f"According to our {title}{version}"
+
+
+def pick_sentences(g: GradedHit, question: str, fact_kind: str) -> list[str]:
+    """The sentences of the section that best answer the question, in their original order."""
+    q_terms = set(content_terms(question))
+    sents = sentences(g.hit.text)
+    if not sents:
+        return []
+    scored = []
+    for i, s in enumerate(sents):
+        overlap = len(q_terms & set(content_terms(s)))
+        fact = 1.5 if evidence_has_fact(fact_kind, s) else 0.0  # type: ignore[arg-type]
+        scored.append((overlap + fact - 0.01 * i, i))
+    scored.sort(reverse=True)
+    chosen = [scored[0][1]]
+    words = len(sents[chosen[0]].split())
+    for score, i in scored[1:]:
+        if score <= 0.5 or words + len(sents[i].split()) > MAX_ANSWER_WORDS or len(chosen) >= 3:
+            continue
+        chosen.append(i)
+        words += len(sents[i].split())
+    return [sents[i] for i in sorted(chosen)]
+
+
+def topic_phrase(question: str) -> str:
+    """The caller's own question, trimmed, to name what could not be confirmed (never a KB title)."""
+    q = re.sub(r"\s+", " ", question).strip().rstrip("?.! ")
+    q = re.sub(r"^((hi|hello|hey|ok|okay|so|um|uh|well)[,!. ]+)+", "", q, flags=re.I)
+    words = q.split()
+    return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
+
+
+def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation], list[str]]:
+    """Returns (message, citations, quotes) for a gate outcome."""
+    kind = str(o.signals.get("fact_kind", "any"))
+    topic = topic_phrase(question)
+    if o.action == Action.answer:
+        g = o.evidence[0]
+        body = " ".join(pick_sentences(g, question, kind))
+        cite = Citation(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version)
+        return f"{_speakable_source(g)}: {body}", [cite], [body]
+
+    if o.action == Action.clarify:
+        if Reason.asr_low_confidence in o.reasons:
+            return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", [], []
+        asks = [cfg.facet_questions.get(k, f"Could you tell me your {k.replace('_', ' ')}? "
+                                         "The answer depends on it.") for k in o.missing_information]
+        if len(asks) > 1:
+            keys = " and ".join(k.replace("_", " ") for k in o.missing_information)
+            return f"To answer that correctly I need two things: your {keys}. {asks[0]}", [], []
+        return asks[0], [], []
+
+    if o.action == Action.transfer:
+        team = (o.team or cfg.default_team).replace("_", " ")
+        if Reason.human_requested in o.reasons:
+            lead = "Of course."
+        elif Reason.conflicting_sources in o.reasons:
+            lead = "Our current documents disagree on this, so I won't guess."
+        elif Reason.tts_unavailable in o.reasons:
+            lead = "I'm having trouble with my voice system."
+        else:
+            lead = "This is something a specialist needs to handle."
+        msg = (f"{lead} I'm transferring you to our {team} team now. I'm passing along your question and "
+               "what I found, so you won't need to repeat yourself.")
+        return msg, [], [_quote(g) for g in o.evidence]
+
+    # refuse
+    r = set(o.reasons)
+    if Reason.disallowed_request in r:
+        msg = "I'm sorry, I can't help with that request. If there is something about your own account I can check, I'm happy to."
+    elif Reason.retrieval_unavailable in r:
+        msg = ("I'm sorry, I can't look that up right now because our information system is not responding. "
+               "Please try again in a few minutes, or ask for an agent and I'll transfer you.")
+    elif Reason.deprecated_only in r:
+        msg = (f"I can't confirm the current rule for {topic}. The only material I found on it is outdated, "
+               "so I won't quote it as the rule. An agent can confirm the current policy if you'd like.")
+    elif Reason.draft_only in r:
+        msg = (f"I can't confirm that yet. The only material I found for {topic} describes something that is "
+               "not in force yet, so I can't give it to you as the rule. An agent can tell you more if you'd like.")
+    elif Reason.conflicting_sources in r:
+        titles = " and ".join(g.hit.title for g in o.evidence[:2])
+        msg = (f"I can't confirm that. Two of our current documents, {titles}, give different figures on this, "
+               "and I won't pick one for you. An agent can confirm which applies.")
+    elif Reason.required_fact_not_covered in r and o.evidence:
+        g = o.evidence[0]
+        msg = (f"I can't confirm that. I found our {g.hit.title}, but it doesn't answer {topic}. "
+               "I'd rather not guess. An agent can help with this if you'd like.")
+    else:
+        msg = (f"I'm sorry, I can't confirm that. Nothing in our help information answers {topic}, "
+               "and I don't want to guess. You can ask for an agent and I'll transfer you.")
+    return msg, [], []
+
+
+def _quote(g: GradedHit) -> str:
+    s = sentences(g.hit.text)
+    return " ".join(s[:2])

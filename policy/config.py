@@ -1,0 +1,108 @@
+"""The versioned policy file (YAML) and its per-KB override."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.yaml")
+KB_OVERRIDE_NAME = "_policy.yaml"  # not *.md, so the KB loader never reads it as a document
+
+
+class Thresholds(BaseModel):
+    min_dense: float = 0.30
+    min_coverage: float = 0.34
+    answer_dense: float = 0.45
+    answer_coverage: float = 0.60
+    strong_dense: float = 0.62
+    strong_min_coverage: float = 0.34
+    lexical_only_coverage: float = 0.75
+    competitor_margin: float = 0.10
+    conflict_min_dense: float = 0.45
+    threshold_baseline: float = 0.020
+    max_clarify_facets: int = 2
+
+
+class Costs(BaseModel):
+    answer_instead_of_refuse_or_transfer: float = 10
+    answer_instead_of_clarify: float = 6
+    refuse_or_transfer_instead_of_answer: float = 3
+    clarify_instead_of_answer: float = 2
+    other_mismatch: float = 1
+
+
+class Lexicons(BaseModel):
+    human_request: list[str] = Field(default_factory=list)
+    disallowed: list[str] = Field(default_factory=list)
+    approval_actions: list[str] = Field(default_factory=list)
+
+
+class PolicyConfig(BaseModel):
+    version: str
+    retrieval: dict[str, Any] = Field(default_factory=lambda: {"k": 8})
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    costs: Costs = Field(default_factory=Costs)
+    lexicons: Lexicons = Field(default_factory=Lexicons)
+    facet_synonyms: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    facet_questions: dict[str, str] = Field(default_factory=dict)
+    default_team: str = "customer_care"
+    sources: list[str] = Field(default_factory=list)  # files merged into this config, for the audit
+
+    @property
+    def k(self) -> int:
+        return int(self.retrieval.get("k", 8))
+
+    def fingerprint(self) -> str:
+        """Version plus a hash of the effective settings: two configs that decide alike share it."""
+        body = self.model_dump(exclude={"sources"})
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:8]
+        return f"{self.version}+{digest}"
+
+    def with_thresholds(self, **changes: float) -> "PolicyConfig":
+        return self.model_copy(update={"thresholds": self.thresholds.model_copy(update=changes)})
+
+
+class PolicyConfigError(ValueError):
+    pass
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise PolicyConfigError(f"{path}: cannot read policy file: {exc}".splitlines()[0]) from exc
+    if not isinstance(data, dict):
+        raise PolicyConfigError(f"{path}: policy file must be a YAML mapping")
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_policy_config(path: str | Path | None = None, kb_dir: str | Path | None = None) -> PolicyConfig:
+    """Default policy, then `path` (a full or partial policy file), then the KB's own override."""
+    files = [DEFAULT_POLICY_FILE]
+    if path:
+        files.append(Path(path))
+    if kb_dir and (Path(kb_dir) / KB_OVERRIDE_NAME).is_file():
+        files.append(Path(kb_dir) / KB_OVERRIDE_NAME)
+    data: dict[str, Any] = {}
+    for f in files:
+        data = _merge(data, _read_yaml(f))
+    data["sources"] = [str(f) for f in files]
+    try:
+        return PolicyConfig.model_validate(data)
+    except ValidationError as exc:
+        raise PolicyConfigError(f"{files[-1]}: invalid policy settings: {exc.errors()[0]['loc']} "
+                                f"{exc.errors()[0]['msg']}") from exc

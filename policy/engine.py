@@ -1,0 +1,277 @@
+"""One turn, top to bottom: normalize → retrieve → gates → compose → recheck → record.
+
+`Engine` holds what is shared (KB, indexes, policy config, durable stores); `Session` holds one
+conversation (role, facets, the question a clarify is waiting on, the transcript). Every entry
+point (ask, eval, replay, mic, the websocket server) drives a Session."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Collection
+
+from pydantic import BaseModel, Field
+
+from kb.loader import KnowledgeBase, load_kb, visible_to
+from kb.models import Hit, RetrievalResult, RetrievalUnavailable
+from kb.retrieve import Retriever
+from kb.tokenize import content_terms
+
+from . import recheck
+from .compose import compose, sentences
+from .config import PolicyConfig, load_policy_config
+from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
+from .gates import GateOutcome, TurnFacts, decide
+from .signals import facet_vocabulary, normalize_text, stated_facets
+from .store import JsonlStore
+
+POLICIES = ("gated", "threshold", "minimal")
+
+
+class AsrSignal(BaseModel):
+    """What the recogniser knew about its own transcript."""
+
+    avg_logprob: float | None = None
+    no_speech_prob: float | None = None
+    low_confidence: bool = False
+    raw_text: str = ""
+
+
+class TurnOutcome(BaseModel):
+    model_config = {"arbitrary_types_allowed": True}
+
+    decision: Decision
+    question: str  # what the caller said this turn
+    normalized_question: str  # the question the policy decided on (a clarify's answer merged in)
+    audit_id: str
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    retrieval: RetrievalResult | None = None
+    gate: str = ""
+
+
+class Engine:
+    def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
+                 state_dir: str | Path = "var", on_date: dt.date | None = None):
+        self.kb = kb
+        self.retriever = retriever
+        self.config = config
+        self.state_dir = Path(state_dir)
+        self.on_date = on_date  # None: today, read per turn (tests fix it)
+        self.handoffs = JsonlStore(self.state_dir / "handoffs.jsonl")
+        self.audit = JsonlStore(self.state_dir / "audit.jsonl")
+        self._facets_by_role: dict[str, dict[str, set[str]]] = {}
+
+    @classmethod
+    def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
+             dense: bool = True, on_date: dt.date | None = None, progress: bool = False) -> "Engine":
+        kb = load_kb(kb_dir)
+        config = load_policy_config(policy_file, kb_dir=kb_dir)
+        return cls(kb, Retriever(kb, dense=dense, progress=progress), config, state_dir, on_date)
+
+    @property
+    def kb_version(self) -> str:
+        return self.kb.kb_version
+
+    @property
+    def policy_version(self) -> str:
+        return self.config.fingerprint()
+
+    def with_config(self, config: PolicyConfig) -> "Engine":
+        return Engine(self.kb, self.retriever, config, self.state_dir, self.on_date)
+
+    def vocabulary(self, role: str = "public") -> list[str]:
+        return self.retriever.vocabulary(role)
+
+    def kb_facets(self, role: str) -> dict[str, set[str]]:
+        """Facet values in the documents this role may see (restricted docs reveal nothing)."""
+        if role not in self._facets_by_role:
+            facets: dict[str, set[str]] = {}
+            for doc in self.kb.docs.values():
+                if visible_to(doc, role):
+                    for k, v in doc.applies_to.items():
+                        facets.setdefault(k, set()).add(str(v))
+            self._facets_by_role[role] = facets
+        return self._facets_by_role[role]
+
+    def session(self, role: str = "public", facets: dict[str, str] | None = None,
+                session_id: str | None = None, policy: str = "gated") -> "Session":
+        if policy not in POLICIES:
+            raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        return Session(self, role, dict(facets or {}), session_id or uuid.uuid4().hex[:12], policy)
+
+
+class Session:
+    def __init__(self, engine: Engine, role: str, facets: dict[str, str], session_id: str, policy: str):
+        self.engine = engine
+        self.role = role
+        self.facets = facets
+        self.session_id = session_id
+        self.policy = policy
+        self.pending_question: str | None = None  # the question a clarify is waiting on
+        self.transcript: list[str] = []
+        self.turns = 0
+        self._turn_hits: dict[str, list[Hit]] = {}  # audit id -> this turn's evidence, for the recheck
+        self._last_audit_id = ""
+
+    # -- state ------------------------------------------------------------------------------
+    def _effective_question(self, text: str) -> str:
+        """Fill facets the caller states; a reply to a clarify continues the pending question."""
+        cfg = self.engine.config
+        vocab = facet_vocabulary(cfg, self.engine.kb_facets(self.role))
+        new = stated_facets(text, vocab)
+        self.facets.update(new)
+        if self.pending_question and new:
+            rest = normalize_text(text)
+            for phrases in vocab.values():
+                for ps in phrases.values():
+                    for p in ps:
+                        rest = re.sub(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", " ", rest)
+            # "I'm a business customer" answers the clarify; a new full question starts over.
+            if len(content_terms(rest)) <= 3:
+                return self.pending_question
+        return text
+
+    # -- one turn ---------------------------------------------------------------------------
+    def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
+             timings_ms: dict[str, float] | None = None) -> TurnOutcome:
+        eng, cfg = self.engine, self.engine.config
+        timings = dict(timings_ms or {})
+        t0 = time.perf_counter()
+        self.turns += 1
+        self.transcript.append(f"caller: {text}")
+        low_conf = bool(asr and asr.low_confidence) or not text.strip()
+        question = text if low_conf else self._effective_question(text)
+        normalized = normalize_text(question)
+        timings["normalize"] = (time.perf_counter() - t0) * 1000
+
+        result, error = None, None
+        t1 = time.perf_counter()
+        if not low_conf:
+            try:
+                result = eng.retriever.search(normalized, role=self.role, facets=self.facets,
+                                              on_date=eng.on_date or dt.date.today(), k=cfg.k, faults=faults)
+            except RetrievalUnavailable as exc:
+                error = exc.reason
+        timings["retrieve"] = (time.perf_counter() - t1) * 1000
+
+        t2 = time.perf_counter()
+        facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
+                          caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
+                          asr_low_confidence=low_conf)
+        if self.policy == "gated":
+            outcome = decide(facts, cfg)
+            timings["policy"] = (time.perf_counter() - t2) * 1000
+            t3 = time.perf_counter()
+            decision = self._decision(outcome, question)
+            timings["compose"] = (time.perf_counter() - t3) * 1000
+        else:
+            from .baselines import BASELINES  # the naive designs, for side-by-side evaluation
+
+            decision = BASELINES[self.policy](normalized, result, cfg, {"text": question})
+            decision = decision.model_copy(update={"policy_version": f"{self.policy}-baseline",
+                                                   "kb_version": eng.kb_version})
+            outcome = None
+            timings["policy"] = (time.perf_counter() - t2) * 1000
+
+        audit_id = uuid.uuid4().hex[:16]
+        hits = result.hits if result else []
+        self._turn_hits[audit_id] = hits
+        self._last_audit_id = audit_id
+        for old in list(self._turn_hits)[:-4]:  # a recheck only ever concerns the latest turns
+            del self._turn_hits[old]
+        t4 = time.perf_counter()
+        decision, rc = recheck.enforce(decision, hits, eng.kb_version)
+        timings["recheck"] = (time.perf_counter() - t4) * 1000
+
+        if decision.action == Action.transfer:
+            decision = self._with_handoff(decision, outcome, question, normalized)
+        # The clarify's question stays pending until the caller supplies what was missing.
+        if decision.action == Action.clarify and Reason.missing_facet in decision.reasons:
+            self.pending_question = question
+        elif not low_conf:
+            self.pending_question = None
+        self.transcript.append(f"agent: {decision.message}")
+        timings["total_policy_path"] = (time.perf_counter() - t0) * 1000
+
+        eng.audit.append(self._audit_record(audit_id, text, normalized, asr, faults, result, error,
+                                            outcome, decision, rc, timings))
+        return TurnOutcome(decision=decision, question=text, normalized_question=normalized,
+                           audit_id=audit_id, timings_ms=timings, retrieval=result,
+                           gate=outcome.gate if outcome else self.policy)
+
+    def recheck_before_speech(self, decision: Decision, audit_id: str | None = None) -> Decision:
+        """Run the citation/number recheck again on the final text, right before TTS."""
+        hits = self._turn_hits.get(audit_id or self._last_audit_id, [])
+        checked, res = recheck.enforce(decision, hits, self.engine.kb_version)
+        if not res.ok:
+            self.engine.audit.append({"kind": "pre_tts_recheck_failed", "audit_id": audit_id,
+                                      "session": self.session_id, "problems": res.problems,
+                                      "ts": dt.datetime.now(dt.timezone.utc).isoformat()})
+        return checked
+
+    def record_timings(self, audit_id: str, timings: dict[str, float]) -> None:
+        """Late stage timings (ASR, TTS first audio) appended to the turn's audit trail."""
+        self.engine.audit.append({"kind": "timings", "audit_id": audit_id, "session": self.session_id,
+                                  "timings_ms": {k: round(v, 2) for k, v in timings.items()}})
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _decision(self, o: GateOutcome, question: str) -> Decision:
+        cfg = self.engine.config
+        message, citations, _ = compose(o, question, cfg)
+        return Decision(action=o.action, message=message, citations=citations,
+                        missing_information=o.missing_information, reasons=o.reasons,
+                        evidence_status=o.evidence_status, risk_level=o.risk_level,  # type: ignore[arg-type]
+                        confidence=round(o.confidence, 3), policy_version=self.engine.policy_version,
+                        kb_version=self.engine.kb_version)
+
+    def _with_handoff(self, d: Decision, o: GateOutcome | None, question: str, normalized: str) -> Decision:
+        """Build the context package and store it durably before the caller hears 'transferring'."""
+        evidence = []
+        for g in (o.evidence if o else []):
+            quote = " ".join(sentences(g.hit.text)[:2])
+            evidence.append(EvidenceQuote(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version, quote=quote))
+        team = (o.team if o and o.team else None) or (d.handoff.team if d.handoff else self.engine.config.default_team)
+        reasons = [r.value for r in d.reasons]
+        summary = (f"Caller asked: \"{question.strip()}\". Transferred because: {', '.join(reasons)}."
+                   + (f" Missing: {', '.join(d.missing_information)}." if d.missing_information else "")
+                   + (f" Caller facets: {self.facets}." if self.facets else ""))
+        handoff = Handoff(id=uuid.uuid4().hex[:12], team=team, summary=summary, question=question,
+                          normalized_question=normalized, transcript=list(self.transcript), reasons=reasons,
+                          evidence=evidence, missing_information=list(d.missing_information),
+                          conflicts=list(o.conflicts) if o else [], caller_facets=dict(self.facets),
+                          caller_role=self.role, created_at=dt.datetime.now(dt.timezone.utc).isoformat(),
+                          policy_version=d.policy_version, kb_version=d.kb_version)
+        handoff.transcript.append(f"agent: {d.message}")
+        self.engine.handoffs.append({"session": self.session_id, **handoff.model_dump()})
+        return d.model_copy(update={"handoff": handoff})
+
+    def _audit_record(self, audit_id: str, text: str, normalized: str, asr: AsrSignal | None,
+                      faults: Collection[str], result: RetrievalResult | None, error: str | None,
+                      o: GateOutcome | None, d: Decision, rc: recheck.RecheckResult,
+                      timings: dict[str, float]) -> dict[str, Any]:
+        graded = {g.hit.locator: g for g in (o.graded if o else [])}
+        hits = []
+        for h in (result.hits if result else []):
+            g = graded.get(h.locator)
+            hits.append({"locator": h.locator, "status": h.status.value, "lexical": round(h.lexical_score, 4),
+                         "dense": None if h.dense_score is None else round(h.dense_score, 4),
+                         "fused_rank": h.fused_rank, "covered": h.covered_terms, "missing": h.missing_terms,
+                         "coverage": round(g.coverage, 3) if g else None, "relevant": g.relevant if g else None,
+                         "answers": g.answers if g else None})
+        return {
+            "kind": "turn", "audit_id": audit_id, "ts": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "session": self.session_id, "turn": self.turns, "role": self.role, "facets": dict(self.facets),
+            "policy": self.policy, "question": text, "normalized_question": normalized,
+            "asr": asr.model_dump() if asr else None, "faults": list(faults),
+            "retrieval": {"error": error, "lexical_only": result.lexical_only if result else None,
+                          "degraded_reason": result.degraded_reason if result else None,
+                          "visible_sections": result.visible_sections if result else None,
+                          "query_terms": result.query_terms if result else None, "hits": hits,
+                          "timings_ms": result.timings_ms if result else None},
+            "gate": o.gate if o else self.policy, "signals": o.signals if o else {},
+            "recheck": {"ok": rc.ok, "problems": rc.problems},
+            "decision": d.public_dict(), "policy_version": d.policy_version or self.engine.policy_version,
+            "kb_version": self.engine.kb_version, "timings_ms": {k: round(v, 2) for k, v in timings.items()},
+        }

@@ -1,0 +1,69 @@
+"""Grade each retrieved section against the question: is it about the question at all, does it
+answer it, which facts of the question does it leave out. Topic similarity is not answerability, so
+a hit needs both semantic closeness (dense cosine) and coverage of the question's own terms."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kb.models import EffectiveStatus, Hit, RetrievalResult
+
+from .config import Thresholds
+from .signals import FactKind, evidence_has_fact
+
+
+@dataclass
+class GradedHit:
+    hit: Hit
+    coverage: float  # IDF-weighted share of the question's terms this section covers
+    dense: float | None
+    relevant: bool  # about the question
+    answers: bool  # strong enough to answer from
+    has_fact: bool  # contains the kind of fact the question asks for
+    score: float  # one number to rank graded hits by (not a probability)
+    missing_terms: list[str] = field(default_factory=list)
+
+    @property
+    def active(self) -> bool:
+        return self.hit.status == EffectiveStatus.active
+
+    @property
+    def doc_id(self) -> str:
+        return self.hit.doc_id
+
+
+def coverage(hit: Hit, weights: dict[str, float]) -> float:
+    terms = hit.covered_terms + hit.missing_terms
+    if not terms:
+        return 0.0
+    w = {t: max(weights.get(t, 1.0), 0.05) for t in terms}
+    return sum(w[t] for t in hit.covered_terms) / sum(w.values())
+
+
+def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[GradedHit]:
+    graded = []
+    for hit in result.hits:
+        cov = coverage(hit, result.term_weights)
+        dense = hit.dense_score
+        if dense is None or result.lexical_only:
+            relevant = cov >= th.min_coverage and hit.lexical_score > 0
+            answers = cov >= th.lexical_only_coverage
+            score = cov
+        else:
+            relevant = dense >= th.min_dense and cov >= th.min_coverage
+            answers = (dense >= th.answer_dense and cov >= th.answer_coverage) or (
+                dense >= th.strong_dense and cov >= th.strong_min_coverage)
+            score = 0.5 * dense + 0.5 * cov
+        text = f"{hit.heading}. {hit.text}"
+        graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
+                                list(hit.missing_terms)))
+    graded.sort(key=lambda g: g.score, reverse=True)
+    return graded
+
+
+def competitors(graded: list[GradedHit], margin: float) -> list[GradedHit]:
+    """Relevant hits scoring close to the best one: they compete to be 'the' evidence."""
+    rel = [g for g in graded if g.relevant]
+    if not rel:
+        return []
+    best = rel[0].score
+    return [g for g in rel if g.score >= best - margin]

@@ -1,0 +1,218 @@
+"""The refusal policy: ordered gates from a caller turn and its retrieval to one of four actions.
+
+Pure and deterministic: no clock, no I/O. The order is the policy (tests pin it):
+  a human requested → b disallowed → c high risk / needs approval → d retrieval down →
+  e no strong evidence → f only deprecated/draft → g conflicting sources → h missing facet →
+  i question not covered → j answer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kb.models import RISK_ORDER, EffectiveStatus, RetrievalResult
+
+from .config import PolicyConfig
+from .decision import Action, Reason
+from .evidence import GradedHit, competitors, grade
+from .numbers import quantities
+from .signals import approval_action, disallowed_request, fact_kind, human_requested
+
+
+@dataclass
+class TurnFacts:
+    """Everything the gates look at for one turn."""
+
+    question: str  # the effective question (a clarify's answer is merged into the pending question)
+    result: RetrievalResult | None  # None when retrieval is unavailable
+    retrieval_error: str | None = None
+    caller_facets: dict[str, str] = field(default_factory=dict)
+    kb_facets: dict[str, set[str]] = field(default_factory=dict)  # facet values the caller's KB view uses
+    asr_low_confidence: bool = False
+
+
+@dataclass
+class GateOutcome:
+    action: Action
+    reasons: list[Reason]
+    gate: str  # which gate decided, e.g. "c_high_risk"
+    evidence_status: str = "missing"
+    evidence: list[GradedHit] = field(default_factory=list)  # what the message may quote / hand over
+    missing_information: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    team: str | None = None
+    risk_level: str = "low"
+    confidence: float = 0.0
+    signals: dict[str, object] = field(default_factory=dict)
+    graded: list[GradedHit] = field(default_factory=list)
+
+
+def _risk_of(hits: list[GradedHit]) -> str:
+    levels = [g.hit.risk for g in hits] or ["low"]
+    return max(levels, key=lambda r: RISK_ORDER[r])
+
+
+def _team(hits: list[GradedHit], cfg: PolicyConfig, prefer_risky: bool = False) -> str:
+    ordered = sorted(hits, key=lambda g: -RISK_ORDER[g.hit.risk]) if prefer_risky else hits
+    for g in ordered:
+        if g.hit.handoff_team:
+            return g.hit.handoff_team
+    return cfg.default_team
+
+
+def _supersedes(a: GradedHit, b: GradedHit) -> bool:
+    return b.doc_id in a.hit.supersedes or a.doc_id in b.hit.supersedes
+
+
+def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
+    fa, fb = a.hit.applies_to, b.hit.applies_to
+    return any(k in fb and fb[k] != v for k, v in fa.items())
+
+
+def _figures(g: GradedHit, terms: set[str]) -> dict[str, set[str]]:
+    """Quantities by kind in the sentences of a section that mention the question's terms."""
+    from .compose import sentences  # local: compose imports gates' types
+
+    out: dict[str, set[str]] = {}
+    for s in sentences(g.hit.text):
+        low = s.lower()
+        if terms and not any(t in low for t in terms):
+            continue
+        for q in quantities(s):
+            if q.kind in ("number", "date"):
+                continue
+            out.setdefault(q.kind, set()).add(q.value)
+    return out
+
+
+def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig) -> list[tuple[GradedHit, GradedHit, str]]:
+    """Pairs of current, same-scope documents that give different figures of the same kind."""
+    pairs = []
+    strong = [g for g in cands if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
+    for i, a in enumerate(strong):
+        for b in strong[i + 1:]:
+            if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b):
+                continue
+            shared = set(a.hit.covered_terms) & set(b.hit.covered_terms)
+            fa, fb = _figures(a, shared), _figures(b, shared)
+            for kind in sorted(set(fa) & set(fb)):
+                if fa[kind].isdisjoint(fb[kind]):
+                    pairs.append((a, b, kind))
+                    break
+    return pairs
+
+
+def missing_facets(cands: list[GradedHit], facts: TurnFacts, cfg: PolicyConfig) -> list[str]:
+    """Facet keys on which the competing evidence splits and that the caller has not given."""
+    keys: list[str] = []
+    for g in cands:
+        for key, value in g.hit.applies_to.items():
+            if key in facts.caller_facets or key in keys:
+                continue
+            values = {c.hit.applies_to.get(key) for c in cands}
+            # The evidence splits on the key, or it is scoped to one value while the KB knows others:
+            # answering with it would apply, say, the personal rule to a business caller.
+            if len(values - {None}) > 1 or len(facts.kb_facets.get(key, set()) - {value}) > 0:
+                keys.append(key)
+    return keys[: cfg.thresholds.max_clarify_facets]
+
+
+def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
+    q = facts.question
+    kind = fact_kind(q)
+    graded = grade(facts.result, cfg.thresholds, kind) if facts.result else []
+    relevant = [g for g in graded if g.relevant]
+    signals: dict[str, object] = {"fact_kind": kind}
+
+    def out(action: Action, reasons: list[Reason], gate: str, **kw: object) -> GateOutcome:
+        kw.setdefault("risk_level", _risk_of(relevant[:1]))
+        return GateOutcome(action, reasons, gate, signals=signals, graded=graded, **kw)  # type: ignore[arg-type]
+
+    if facts.asr_low_confidence:
+        return out(Action.clarify, [Reason.asr_low_confidence], "asr")
+
+    # a. An explicit request for a human wins over everything, even a perfect answer.
+    if m := human_requested(q, cfg):
+        signals["human_request"] = m
+        return out(Action.transfer, [Reason.human_requested], "a_human",
+                   team=_team(relevant[:1], cfg), evidence=relevant[:3],
+                   evidence_status="direct" if any(g.answers for g in relevant) else "missing")
+
+    # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
+    if m := disallowed_request(q, cfg):
+        signals["disallowed"] = m
+        return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
+
+    # c. High-risk topics (from KB metadata) and actions a human must approve.
+    top = competitors(graded, cfg.thresholds.competitor_margin)
+    risky = [g for g in top if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]]
+    if m := approval_action(q, cfg):
+        signals["approval_action"] = m
+        return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
+                   team=_team(top or relevant[:1], cfg, prefer_risky=True), evidence=top[:3],
+                   risk_level=max(_risk_of(top), "high", key=lambda r: RISK_ORDER[r]),
+                   evidence_status="partial" if top else "missing")
+    if risky:
+        return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk",
+                   team=_team(risky, cfg, prefer_risky=True), evidence=top[:3], risk_level=_risk_of(risky),
+                   evidence_status="direct" if any(g.answers for g in risky) else "partial")
+
+    # d. Retrieval down: say it is a system limitation, never "we have no information".
+    if facts.result is None:
+        signals["retrieval_error"] = facts.retrieval_error
+        return out(Action.refuse, [Reason.retrieval_unavailable], "d_retrieval_down")
+    if facts.result.lexical_only:
+        signals["lexical_only"] = facts.result.degraded_reason
+
+    # e. Nothing permitted is strong enough to be about this question.
+    if not relevant:
+        best = graded[0] if graded else None
+        # On topic but sharing too few of the question's terms: background, not an answer. Say what
+        # was found and that it does not answer (the seed's renewal-rules page for "cancel auto-renewal").
+        if best and best.active and best.coverage > 0 and (best.dense or 0) >= cfg.thresholds.answer_dense:
+            signals["missing_terms"] = best.missing_terms
+            return out(Action.refuse, [Reason.required_fact_not_covered, Reason.background_only], "e_background",
+                       evidence=[best], missing_information=best.missing_terms, evidence_status="background")
+        reason = Reason.low_retrieval_score if best and best.coverage > 0 else Reason.no_relevant_evidence
+        signals["best_score"] = round(best.score, 3) if best else None
+        return out(Action.refuse, [reason], "e_no_evidence")
+
+    # f. Only outdated or not-yet-in-force material is about the question.
+    active = [g for g in relevant if g.active]
+    if not active:
+        statuses = {g.hit.status for g in relevant}
+        reason = Reason.deprecated_only if EffectiveStatus.deprecated in statuses else Reason.draft_only
+        return out(Action.refuse, [reason], "f_version", evidence=relevant[:2], evidence_status="background")
+
+    cands = competitors(active, cfg.thresholds.competitor_margin)
+
+    # g. Current sources disagree: expose it, never pick a side.
+    if conflicts := find_conflicts(cands, cfg):
+        a, b, qkind = conflicts[0]
+        desc = [f"{x.hit.title} ({x.doc_id}) and {y.hit.title} ({y.doc_id}) give different {k} figures"
+                for x, y, k in conflicts]
+        high = RISK_ORDER[_risk_of([a, b])] >= RISK_ORDER["high"]
+        return out(Action.transfer if high else Action.refuse, [Reason.conflicting_sources], "g_conflict",
+                   evidence=[a, b], conflicts=desc, evidence_status="conflicting", team=_team([a, b], cfg))
+
+    # h. The evidence depends on who the caller is: ask, naming the options.
+    if missing := missing_facets(cands, facts, cfg):
+        return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
+                   evidence=cands[:3], evidence_status="partial")
+
+    # i. Key terms or the asked-for fact are not in the evidence.
+    best = cands[0]
+    if not best.answers or not best.has_fact:
+        reasons = [Reason.required_fact_not_covered]
+        if not best.answers:
+            reasons.append(Reason.partial_evidence if best.coverage >= cfg.thresholds.min_coverage
+                           else Reason.background_only)
+        signals["missing_terms"] = best.missing_terms
+        return out(Action.refuse, reasons, "i_not_covered", evidence=[best],
+                   missing_information=best.missing_terms or [kind], evidence_status="partial")
+
+    # j. Grounded answer from the best current, in-scope section.
+    reasons = [Reason.grounded_answer]
+    if facts.result.lexical_only:
+        reasons.append(Reason.embedding_unavailable)
+    conf = min(1.0, best.score)
+    return out(Action.answer, reasons, "j_answer", evidence=[best], evidence_status="direct", confidence=conf)

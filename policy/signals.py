@@ -1,0 +1,109 @@
+"""Cheap, deterministic readings of the caller's words: intent flags, stated facets, the kind of
+fact a question asks for. Pure functions; the lexicons come from the policy file."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Iterable, Literal
+
+from .config import PolicyConfig
+
+FactKind = Literal["duration", "amount", "date", "procedure", "count", "any"]
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case, unify quotes and whitespace: the form lexicon patterns are written against."""
+    t = text.replace("\u2019", "'").replace("\u2018", "'").lower()
+    return re.sub(r"\s+", " ", t).strip()
+
+
+@lru_cache(maxsize=256)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+def first_match(text: str, patterns: Iterable[str]) -> str | None:
+    """The first lexicon pattern that matches, or None (the pattern is logged, so reviewers see why)."""
+    t = normalize_text(text)
+    for rx in _compiled(tuple(patterns)):
+        if rx.search(t):
+            return rx.pattern
+    return None
+
+
+def human_requested(text: str, cfg: PolicyConfig) -> str | None:
+    return first_match(text, cfg.lexicons.human_request)
+
+
+def disallowed_request(text: str, cfg: PolicyConfig) -> str | None:
+    return first_match(text, cfg.lexicons.disallowed)
+
+
+def approval_action(text: str, cfg: PolicyConfig) -> str | None:
+    return first_match(text, cfg.lexicons.approval_actions)
+
+
+def facet_vocabulary(cfg: PolicyConfig, kb_facets: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
+    """Phrases per facet value: the KB's own applies_to values plus the policy's spoken synonyms."""
+    vocab: dict[str, dict[str, list[str]]] = {}
+    for key, values in kb_facets.items():
+        for value in values:
+            phrases = {value.lower(), value.lower().replace("_", " ")}
+            phrases.update(p.lower() for p in cfg.facet_synonyms.get(key, {}).get(value, []))
+            vocab.setdefault(key, {})[value] = sorted(phrases, key=len, reverse=True)
+    return vocab
+
+
+def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]]) -> dict[str, str]:
+    """Facets the caller states ("I'm a business customer", "I'm on prepaid").
+
+    A key is filled only when exactly one of its values is mentioned; "personal or business?" says
+    nothing about the caller, and neither does "not business" (negated mentions are ignored)."""
+    t = normalize_text(text)
+    found: dict[str, str] = {}
+    for key, values in vocab.items():
+        hits = set()
+        for value, phrases in values.items():
+            for phrase in phrases:
+                for m in re.finditer(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", t):
+                    before = t[max(0, m.start() - 12):m.start()]
+                    if not re.search(r"\b(not|isn't|aren't|no)\s+(an?\s+)?$", before):
+                        hits.add(value)
+        if len(hits) == 1:
+            found[key] = hits.pop()
+    return found
+
+
+_FACT_PATTERNS: list[tuple[FactKind, str]] = [
+    ("duration", r"\bhow (long|many (days|hours|weeks|months|minutes))\b|\bhow soon\b|\bwithin how\b"),
+    ("amount", r"\bhow much\b|\bwhat('s| is| are| does)? (the )?(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"),
+    ("date", r"\bwhen (is|are|will|do|does)\b.*\b(due|start|end|expire|renew|close|open)\b|\bwhat date\b|\bwhich day\b"),
+    ("count", r"\bhow many\b"),
+    ("procedure", r"\bhow (do|can|should|would) (i|we|you)\b|\bwhat (are the )?steps\b|\bhow to\b|\bwhere do i\b"),
+]
+
+_FACT_EVIDENCE: dict[FactKind, str] = {
+    # "5 to 10 business days", "24 hours", "within 14 days", "two weeks"
+    "duration": r"\b(\d+|one|two|three|four|five|six|seven|ten|fourteen|thirty)\s*(to\s*\d+\s*)?(-\s*\d+\s*)?"
+                r"(business |working |calendar )?(second|minute|hour|day|week|month|year)s?\b|\bimmediately\b|\binstantly\b|\bsame day\b|\bnext (business )?day\b",
+    "amount": r"[$€£¥]\s?\d|\b\d+(\.\d+)?\s?(dollars?|cents?|usd|eur|%|percent)\b|\bfree\b|\bno (charge|fee|cost)\b",
+    "date": r"\b(19|20)\d\d-\d\d(-\d\d)?\b|\b(january|february|march|april|may|june|july|august|september|october|november|december)\b|"
+            r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b|\b\d+(st|nd|rd|th)\b|\bday of\b|\bbilling date\b",
+    "count": r"\b\d+\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|unlimited)\b",
+    "procedure": r"\b(go to|open|select|tap|press|dial|call|visit|log in|sign in|choose|enter|send|text|click|follow|hold|reply|fill|bring|sign|turn|restart|insert|scan)\b",
+}
+
+
+def fact_kind(question: str) -> FactKind:
+    """What kind of fact would settle the question (a duration, an amount, a date, steps)."""
+    t = normalize_text(question)
+    for kind, rx in _FACT_PATTERNS:
+        if re.search(rx, t):
+            return kind
+    return "any"
+
+
+def evidence_has_fact(kind: FactKind, text: str) -> bool:
+    if kind == "any":
+        return True
+    return re.search(_FACT_EVIDENCE[kind], normalize_text(text)) is not None

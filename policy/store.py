@@ -1,0 +1,51 @@
+"""Durable append-only JSONL files: the handoff packages and the per-turn audit log.
+
+Each record is written with one write() of a full line and fsync'd before the call returns, so a
+crash never leaves a transfer promised to a caller without its package on disk. A torn last line
+(power loss mid-write) is skipped on read, never fatal: records already written are not lost."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _lock_for(path: Path) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(str(path.resolve()), threading.Lock())
+
+
+class JsonlStore:
+    def __init__(self, path: str | Path, fsync: bool = True):
+        self.path = Path(path)
+        self.fsync = fsync
+
+    def append(self, record: dict[str, Any]) -> None:
+        line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with _lock_for(self.path):
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line)
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def read(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open("r", encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn line from a crash; the rest stays readable

@@ -1,0 +1,137 @@
+"""The full text path on the sample KB: real retrieval (BM25 + MiniLM), gates, compose, recheck,
+durable handoffs and the audit log."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from policy.compose import sentences
+from policy.decision import Action, Citation, Decision, Reason
+from policy.engine import Engine
+
+pytestmark = pytest.mark.slow
+DATE = dt.date(2026, 11, 29)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    return Engine.load("fixtures/kb", state_dir=tmp_path_factory.mktemp("state"), on_date=DATE)
+
+
+def ask(engine, q, **kw):
+    return engine.session(**kw).turn(q).decision
+
+
+def test_answer_is_grounded_and_cited(engine):
+    d = ask(engine, "How do I factory reset my home router?")
+    assert d.action == Action.answer
+    assert d.citations and d.citations[0].doc_id == "router-factory-reset"
+    assert "version" in d.message and d.kb_version == engine.kb_version and d.policy_version
+
+
+def test_business_refund_never_answered_with_personal_rule(engine):
+    personal = engine.kb.docs["refund-personal-2026"]
+    assert personal.applies_to.get("customer_type") == "personal"
+    d = ask(engine, "I'm a business customer. Can I get a refund if I cancel my annual plan early?")
+    assert not any(c.doc_id.startswith("refund-personal") for c in d.citations)
+    assert "5 to 10 business days" not in d.message
+
+
+def test_clarify_then_answer_continues_the_pending_question(engine):
+    s = engine.session()
+    first = s.turn("Can I get a refund if I cancel my annual plan early?").decision
+    assert first.action == Action.clarify and first.missing_information == ["customer_type"]
+    second = s.turn("I'm a personal customer.").decision
+    assert second.action == Action.answer
+    assert second.citations[0].doc_id == "refund-personal-2026"
+    assert s.facets == {"customer_type": "personal"}
+
+
+def test_human_request_transfers_with_durable_handoff(engine):
+    s = engine.session(facets={"customer_type": "personal"})
+    d = s.turn("How do I reset my router? Actually, can I talk to a real person?").decision
+    assert d.action == Action.transfer and d.handoff is not None
+    stored = [json.loads(line) for line in (engine.state_dir / "handoffs.jsonl").read_text().splitlines()]
+    assert stored[-1]["id"] == d.handoff.id
+    assert stored[-1]["question"].startswith("How do I reset") and stored[-1]["caller_facets"] == {"customer_type": "personal"}
+    assert stored[-1]["transcript"][0].startswith("caller:")
+
+
+def test_high_risk_topic_transfers_to_its_team(engine):
+    d = ask(engine, "I'd like to close my account and have all my personal data deleted")
+    assert d.action == Action.transfer and d.handoff.team == "privacy"
+
+
+def test_restricted_document_never_reaches_a_public_caller(engine):
+    restricted = [doc for doc in engine.kb.docs.values() if "public" not in doc.acl]
+    assert restricted
+    for doc in restricted:
+        sections = [sec for sec in engine.kb.sections if sec.doc_id == doc.id]
+        # Ask with the restricted document's own words: the best possible match for it.
+        question = sections[0].heading + " " + " ".join(sections[0].text.split()[:8])
+        out = engine.session().turn(question)
+        text = json.dumps(out.decision.public_dict())
+        assert doc.id not in text
+        assert all(s not in text for sec in sections for s in sentences(sec.text)[1:])
+        assert all(h.doc_id != doc.id for h in out.retrieval.hits)
+    agent = engine.session(role="agent").turn(restricted[0].title)
+    assert any(h.doc_id == restricted[0].id for h in agent.retrieval.hits)
+
+
+def test_retrieval_fault_refuses_as_system_limitation(engine):
+    d = engine.session().turn("How do I reset my router?", faults=["retrieval_unavailable"]).decision
+    assert d.action == Action.refuse and d.reasons == [Reason.retrieval_unavailable]
+    assert "not responding" in d.message
+
+
+def test_embedding_fault_falls_back_to_lexical(engine):
+    d = engine.session().turn("How do I factory reset my home router?", faults=["embedding_unavailable"]).decision
+    assert d.action == Action.answer and Reason.embedding_unavailable in d.reasons
+
+
+def test_audit_line_explains_the_decision(engine):
+    out = engine.session().turn("How do I set up voicemail?")
+    lines = [json.loads(x) for x in (engine.state_dir / "audit.jsonl").read_text().splitlines()]
+    rec = next(r for r in lines if r.get("audit_id") == out.audit_id)
+    for key in ("signals", "gate", "policy_version", "kb_version", "timings_ms", "decision", "retrieval"):
+        assert key in rec
+    assert rec["retrieval"]["hits"] and {"retrieve", "policy", "compose", "recheck"} <= set(rec["timings_ms"])
+
+
+def test_pre_tts_recheck_rejects_citation_outside_this_turn(engine):
+    s = engine.session()
+    out = s.turn("How do I factory reset my home router?")
+    forged = out.decision.model_copy(update={"citations": [Citation(doc_id="refund-personal-2026", section="x")]})
+    checked = s.recheck_before_speech(forged, out.audit_id)
+    assert checked.action == Action.refuse and Reason.citation_not_in_evidence in checked.reasons
+
+
+def test_pre_tts_recheck_rejects_answer_without_citation(engine):
+    s = engine.session()
+    out = s.turn("How do I factory reset my home router?")
+    checked = s.recheck_before_speech(out.decision.model_copy(update={"citations": []}), out.audit_id)
+    assert checked.action == Action.refuse
+
+
+def test_pre_tts_recheck_rejects_unsupported_number(engine):
+    s = engine.session()
+    out = s.turn("How do I factory reset my home router?")
+    assert out.decision.action == Action.answer
+    tampered = out.decision.model_copy(update={"message": out.decision.message + " It costs $49."})
+    checked = s.recheck_before_speech(tampered, out.audit_id)
+    assert checked.action == Action.refuse and Reason.unsupported_claim in checked.reasons
+
+
+def test_pre_tts_recheck_rejects_changed_kb_version(engine):
+    s = engine.session()
+    out = s.turn("How do I factory reset my home router?")
+    stale = out.decision.model_copy(update={"kb_version": "kb-old"})
+    assert s.recheck_before_speech(stale, out.audit_id).action == Action.refuse
+
+
+def test_decision_json_round_trips_with_synonyms():
+    d = Decision.model_validate({"action": "abstain", "message": "x"})
+    assert d.action == Action.refuse
+    assert Decision.model_validate({"action": "handoff", "message": "x"}).action == Action.transfer
