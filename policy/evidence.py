@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from kb.models import EffectiveStatus, Hit, RetrievalResult
 
+from kb.tokenize import content_terms
+
 from .config import Thresholds
 from .signals import FactKind, evidence_has_fact
 
@@ -31,12 +33,19 @@ class GradedHit:
         return self.hit.doc_id
 
 
+# Words that frame a question rather than name its subject ("how long does it take"): the kind of
+# fact they ask for is checked separately (signals.fact_kind), so they do not count as coverage.
+FRAME_TERMS = frozenset(content_terms(
+    "long much many take takes taking happen happens happened time times way ways work works "
+    "mean means possible able thing sure kind sort find"))
+
+
 def coverage(hit: Hit, weights: dict[str, float]) -> float:
-    terms = hit.covered_terms + hit.missing_terms
+    terms = [t for t in hit.covered_terms + hit.missing_terms if t not in FRAME_TERMS]
     if not terms:
         return 0.0
     w = {t: max(weights.get(t, 1.0), 0.05) for t in terms}
-    return sum(w[t] for t in hit.covered_terms) / sum(w.values())
+    return sum(w[t] for t in hit.covered_terms if t in w) / sum(w.values())
 
 
 def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[GradedHit]:
@@ -55,7 +64,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
             score = 0.5 * dense + 0.5 * cov
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
-                                list(hit.missing_terms)))
+                                [t for t in hit.missing_terms if t not in FRAME_TERMS]))
     graded.sort(key=lambda g: g.score, reverse=True)
     return graded
 

@@ -15,7 +15,7 @@ from .config import PolicyConfig
 from .decision import Action, Reason
 from .evidence import GradedHit, competitors, grade
 from .numbers import quantities
-from .signals import approval_action, disallowed_request, fact_kind, human_requested
+from .signals import action_verb, approval_action, disallowed_request, fact_kind, human_requested
 
 
 @dataclass
@@ -52,7 +52,9 @@ def _risk_of(hits: list[GradedHit]) -> str:
 
 
 def _team(hits: list[GradedHit], cfg: PolicyConfig, prefer_risky: bool = False) -> str:
-    ordered = sorted(hits, key=lambda g: -RISK_ORDER[g.hit.risk]) if prefer_risky else hits
+    """The queue of the best-scoring section (of the best risky one, when risk decided)."""
+    risky = [g for g in hits if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]]
+    ordered = (risky or hits) if prefer_risky else hits
     for g in ordered:
         if g.hit.handoff_team:
             return g.hit.handoff_team
@@ -84,13 +86,26 @@ def _figures(g: GradedHit, terms: set[str]) -> dict[str, set[str]]:
     return out
 
 
-def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig) -> list[tuple[GradedHit, GradedHit, str]]:
+def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> float:
+    """Share of the question's weight that one section covers and the other does not: two sections
+    only compete as answers to the same question when this is small (Mexico vs EU day passes)."""
+    terms = set(a.hit.covered_terms) | set(a.missing_terms) | set(b.hit.covered_terms)
+    total = sum(weights.get(t, 1.0) for t in terms) or 1.0
+    diff = set(a.hit.covered_terms) ^ set(b.hit.covered_terms)
+    return sum(weights.get(t, 1.0) for t in diff) / total
+
+
+def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float]) -> list[tuple[GradedHit, GradedHit, str]]:
     """Pairs of current, same-scope documents that give different figures of the same kind."""
     pairs = []
-    strong = [g for g in cands if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
+    strong = [g for g in cands if g.active and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
+    if not any(g.answers for g in strong):
+        return []
     for i, a in enumerate(strong):
         for b in strong[i + 1:]:
             if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b):
+                continue
+            if _distinct_weight(a, b, weights) > 0.25:
                 continue
             shared = set(a.hit.covered_terms) & set(b.hit.covered_terms)
             fa, fb = _figures(a, shared), _figures(b, shared)
@@ -102,8 +117,12 @@ def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig) -> list[tuple[Grad
 
 
 def missing_facets(cands: list[GradedHit], facts: TurnFacts, cfg: PolicyConfig) -> list[str]:
-    """Facet keys on which the competing evidence splits and that the caller has not given."""
+    """Facet keys on which the competing evidence splits and that the caller has not given.
+
+    Only sections strong enough to answer count: a facet is worth asking about when knowing it
+    would let us answer, not when the scoped documents merely share a word with the question."""
     keys: list[str] = []
+    cands = [g for g in cands if g.answers]
     for g in cands:
         for key, value in g.hit.applies_to.items():
             if key in facts.caller_facets or key in keys:
@@ -144,7 +163,10 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     # c. High-risk topics (from KB metadata) and actions a human must approve.
     top = competitors(graded, cfg.thresholds.competitor_margin)
-    risky = [g for g in top if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]]
+    # A high-risk section counts when it is about the question as much as the best one is: it covers
+    # the question's terms at least as well and scores nearly as high (not merely shares a word).
+    risky = [g for g in top if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
+             and g.coverage >= top[0].coverage - 1e-9 and g.score >= top[0].score - cfg.thresholds.competitor_margin / 2]
     if m := approval_action(q, cfg):
         signals["approval_action"] = m
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
@@ -183,10 +205,19 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
         reason = Reason.deprecated_only if EffectiveStatus.deprecated in statuses else Reason.draft_only
         return out(Action.refuse, [reason], "f_version", evidence=relevant[:2], evidence_status="background")
 
+    # The question is about something only outdated or future material covers (its best section
+    # beats every current one, and no current document replaces it): not the current rule.
+    lead = relevant[0]
+    replaced = {d for g in active for d in g.hit.supersedes}
+    if (not lead.active and lead.doc_id not in replaced
+            and lead.score - active[0].score > cfg.thresholds.competitor_margin / 2):
+        reason = Reason.deprecated_only if lead.hit.status == EffectiveStatus.deprecated else Reason.draft_only
+        return out(Action.refuse, [reason], "f_version", evidence=[lead], evidence_status="background")
+
     cands = competitors(active, cfg.thresholds.competitor_margin)
 
     # g. Current sources disagree: expose it, never pick a side.
-    if conflicts := find_conflicts(cands, cfg):
+    if conflicts := find_conflicts(cands, cfg, facts.result.term_weights):
         a, b, qkind = conflicts[0]
         desc = [f"{x.hit.title} ({x.doc_id}) and {y.hit.title} ({y.doc_id}) give different {k} figures"
                 for x, y, k in conflicts]
@@ -199,9 +230,14 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
         return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
                    evidence=cands[:3], evidence_status="partial")
 
-    # i. Key terms or the asked-for fact are not in the evidence.
-    best = cands[0]
-    if not best.answers or not best.has_fact:
+    # i. Key terms or the asked-for fact are not in the evidence. Among the current sections strong
+    # enough to answer, prefer the one that holds the kind of fact asked for.
+    best = max(cands, key=lambda g: (g.answers, g.has_fact, g.coverage + (g.dense or 0)))
+    verb = action_verb(q)
+    verb_missing = verb is not None and verb not in best.hit.covered_terms
+    if verb_missing:
+        signals["action_verb_missing"] = verb
+    if not best.answers or not best.has_fact or verb_missing:
         reasons = [Reason.required_fact_not_covered]
         if not best.answers:
             reasons.append(Reason.partial_evidence if best.coverage >= cfg.thresholds.min_coverage

@@ -107,3 +107,25 @@ def evidence_has_fact(kind: FactKind, text: str) -> bool:
     if kind == "any":
         return True
     return re.search(_FACT_EVIDENCE[kind], normalize_text(text)) is not None
+
+
+_ACTION_LEAD = re.compile(
+    r"\b(?:how (?:do|can|could|would|should) (?:i|we)|can (?:i|we|you)|could (?:i|we|you)|"
+    r"(?:i|we) (?:want|need|would like|'d like) to|is it possible to|help me|how to)\s+(?:please\s+)?([a-z]+)")
+# Verbs too general to name what the caller wants done; the object carries the meaning there.
+_GENERIC_VERBS = frozenset("get have make do be use see know find go keep ask tell pay check buy add set "
+                           "call talk speak put give take turn switch".split())
+
+
+def action_verb(question: str) -> str | None:
+    """The specific thing the caller wants to do ("cancel", "pause", "change"), as an index term.
+
+    A section that never mentions that action cannot tell the caller how to do it, however close its
+    topic (a renewal-rules page for "how do I cancel auto-renewal")."""
+    from kb.tokenize import content_terms
+
+    m = _ACTION_LEAD.search(normalize_text(question))
+    if not m or m.group(1) in _GENERIC_VERBS:
+        return None
+    terms = content_terms(m.group(1))
+    return terms[0] if terms else None
