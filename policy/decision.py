@@ -20,6 +20,8 @@ ACTION_SYNONYMS = {"abstain": "refuse", "handoff": "transfer"}
 
 
 def parse_action(value: str) -> Action:
+    if isinstance(value, Action):
+        return value
     v = str(value).strip().lower()
     return Action(ACTION_SYNONYMS.get(v, v))
 

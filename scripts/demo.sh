@@ -6,4 +6,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export HF_HUB_OFFLINE=1
-.venv/bin/python run.py replay --kb fixtures/kb "${1:-fixtures/audio/demo_call.wav}" --out out/demo-reply.wav
+.venv/bin/python run.py replay --kb fixtures/kb "${1:-fixtures/audio/mt06.wav}" --out out/demo-reply.wav

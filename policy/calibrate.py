@@ -1,0 +1,248 @@
+"""`run.py calibrate`: fit the policy's evidence thresholds for one KB on its gold cases.
+
+Cases are split (stratified by bucket, seeded) into dev and test. A modest grid over the evidence
+thresholds is scored on dev by the eval's cost score (ties: fewer unsafe answers, then the current
+setting); both splits are reported before and after, so an overfit shows up on test. Retrieval does
+not depend on the thresholds, so each distinct search is run once and cached for the whole sweep.
+With `--write` the chosen thresholds go to `<kb>/_policy.yaml`, which `Engine.load` merges last."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kb.models import RetrievalUnavailable
+
+from .cases import Case, CasesError, load_cases
+from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
+from .evaluate import _one_line, evaluate
+
+# Candidate values around the shipped defaults: 3^5 = 243 settings, a couple of minutes on 2 cores.
+GRID: dict[str, list[float]] = {
+    "min_dense": [0.25, 0.30, 0.35],
+    "min_coverage": [0.25, 0.34, 0.45],
+    "answer_dense": [0.40, 0.45, 0.50],
+    "answer_coverage": [0.50, 0.60, 0.70],
+    "strong_dense": [0.55, 0.62, 0.70],
+}
+REPORT_KEYS = ("cost", "unsafe_answers", "action_accuracy", "case_pass_rate", "over_abstain_rate")
+
+
+def split_cases(cases: list[Case], dev_fraction: float = 0.5, seed: int = 0) -> tuple[list[Case], list[Case]]:
+    """Stratified by bucket: each bucket contributes round(n * dev_fraction) cases to dev (at least
+    one to each side when it has two or more). Deterministic for a seed; order kept within a split."""
+    if not 0.0 < dev_fraction < 1.0:
+        raise ValueError(f"--dev-fraction must be between 0 and 1, got {dev_fraction}")
+    rng = random.Random(seed)
+    by_bucket: dict[str, list[Case]] = {}
+    for c in cases:
+        by_bucket.setdefault(c.bucket, []).append(c)
+    dev_ids: set[str] = set()
+    for bucket in sorted(by_bucket):
+        ids = [c.id for c in by_bucket[bucket]]
+        rng.shuffle(ids)
+        n = round(len(ids) * dev_fraction)
+        if len(ids) >= 2:
+            n = min(max(n, 1), len(ids) - 1)
+        dev_ids.update(ids[:n])
+    return [c for c in cases if c.id in dev_ids], [c for c in cases if c.id not in dev_ids]
+
+
+class CachingRetriever:
+    """Wraps a Retriever: identical searches (query, role, facets, date, k, faults) are answered
+    from memory, failures included. Everything else passes through."""
+
+    def __init__(self, inner: Any):
+        self._inner = inner
+        self._cache: dict[tuple, Any] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def search(self, query: str, *, role: str = "public", facets: dict[str, str] | None = None,
+               on_date: dt.date | None = None, k: int = 8, faults: Any = ()) -> Any:
+        key = (query, role, tuple(sorted((facets or {}).items())), on_date, k, tuple(sorted(faults)))
+        if key in self._cache:
+            self.hits += 1
+            value = self._cache[key]
+        else:
+            self.misses += 1
+            try:
+                value = self._inner.search(query, role=role, facets=facets, on_date=on_date, k=k, faults=faults)
+            except RetrievalUnavailable as exc:
+                value = exc
+            self._cache[key] = value
+        if isinstance(value, RetrievalUnavailable):
+            raise RetrievalUnavailable(value.reason)
+        return value
+
+
+def grid_configs(base: PolicyConfig, grid: dict[str, list[float]] = GRID) -> list[PolicyConfig]:
+    """The current setting first, then every consistent combination of the grid (an answer needs
+    at least the relevance floor; a 'strong' cosine is at least the answering one)."""
+    out = [base]
+    keys = list(grid)
+    for values in itertools.product(*(grid[k] for k in keys)):
+        t = dict(zip(keys, values))
+        if t["answer_dense"] < t["min_dense"] or t["answer_coverage"] < t["min_coverage"] \
+                or t["strong_dense"] < t["answer_dense"]:
+            continue
+        out.append(base.with_thresholds(**t))
+    return out
+
+
+def _scratch(engine: Any) -> Any:
+    """The sweep's audit and handoff records go to a throwaway directory: skip the per-record fsync
+    that protects real calls (it would dominate the sweep's run time)."""
+    for store in (getattr(engine, "audit", None), getattr(engine, "handoffs", None)):
+        if store is not None and hasattr(store, "fsync"):
+            store.fsync = False
+    return engine
+
+
+def _score(metrics: dict[str, Any]) -> tuple[float, int]:
+    cost = metrics["cost"] if metrics["cost"] is not None else 0.0
+    return (round(cost, 6), metrics["unsafe_answers"])
+
+
+def _brief(m: dict[str, Any]) -> dict[str, Any]:
+    return {k: m.get(k) for k in REPORT_KEYS}
+
+
+def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: float = 0.5,
+              grid: dict[str, list[float]] = GRID, progress: bool = False) -> dict[str, Any]:
+    """Sweep the grid on dev; return the chosen thresholds and before/after metrics of both splits."""
+    dev, test = split_cases(cases, dev_fraction, seed)
+    if not dev or not test:
+        raise ValueError(f"need cases on both sides of the split (dev {len(dev)}, test {len(test)})")
+    cached = engine.with_config(engine.config)
+    cached.retriever = CachingRetriever(engine.retriever)
+    configs = grid_configs(engine.config, grid)
+    t0 = time.perf_counter()
+    best_cfg, best_score, best_dev = None, None, None
+    before_dev = None
+    for i, cfg in enumerate(configs):
+        _, m = evaluate(_scratch(cached.with_config(cfg)), dev)
+        if i == 0:
+            before_dev = m
+        score = _score(m)
+        if best_score is None or score < best_score:  # strict: ties keep the earlier (current first)
+            best_cfg, best_score, best_dev = cfg, score, m
+        if progress and ((i + 1) % 20 == 0 or i + 1 == len(configs)):
+            print(f"\r{i + 1}/{len(configs)} settings, best dev cost {best_score[0]:.3f}",
+                  end="", file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    assert best_cfg is not None and before_dev is not None and best_dev is not None
+    _, before_test = evaluate(_scratch(cached.with_config(engine.config)), test)
+    _, after_test = evaluate(_scratch(cached.with_config(best_cfg)), test)
+    tuned = list(grid)
+    return {
+        "seed": seed, "dev_cases": len(dev), "test_cases": len(test), "settings_tried": len(configs),
+        "sweep_s": round(time.perf_counter() - t0, 1),
+        "retrieval_cache": {"searches": cached.retriever.misses, "reused": cached.retriever.hits},
+        "before": {"thresholds": {k: getattr(engine.config.thresholds, k) for k in tuned},
+                   "dev": _brief(before_dev), "test": _brief(before_test)},
+        "after": {"thresholds": {k: getattr(best_cfg.thresholds, k) for k in tuned},
+                  "dev": _brief(best_dev), "test": _brief(after_test)},
+        "changed": best_cfg is not configs[0],
+    }
+
+
+def write_override(kb_dir: Path, report: dict[str, Any]) -> Path:
+    """Write (or update) `<kb>/_policy.yaml`: its thresholds section replaced, other keys kept."""
+    path = kb_dir / KB_OVERRIDE_NAME
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise PolicyConfigError(f"{path}: cannot update, invalid YAML: {str(exc).splitlines()[0]}") from exc
+        if not isinstance(data, dict):
+            raise PolicyConfigError(f"{path}: cannot update, not a YAML mapping")
+    data["thresholds"] = {**(data.get("thresholds") or {}), **report["after"]["thresholds"]}
+    a, b = report["after"], report["before"]
+    header = (
+        f"# Written by `run.py calibrate` on {dt.date.today().isoformat()} (seed {report['seed']}; "
+        f"dev {report['dev_cases']} cases, test {report['test_cases']} cases).\n"
+        f"# dev cost {b['dev']['cost']} -> {a['dev']['cost']}, unsafe {b['dev']['unsafe_answers']} -> "
+        f"{a['dev']['unsafe_answers']}; test cost {b['test']['cost']} -> {a['test']['cost']}, "
+        f"unsafe {b['test']['unsafe_answers']} -> {a['test']['unsafe_answers']}.\n")
+    path.write_text(header + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def format_report(r: dict[str, Any]) -> str:
+    lines = [f"split: dev {r['dev_cases']} cases, test {r['test_cases']} cases (seed {r['seed']}); "
+             f"{r['settings_tried']} settings in {r['sweep_s']} s "
+             f"({r['retrieval_cache']['searches']} searches, {r['retrieval_cache']['reused']} reused)", ""]
+    lines.append(f"{'threshold':<20}{'before':>10}{'after':>10}")
+    for k, v in r["before"]["thresholds"].items():
+        lines.append(f"{k:<20}{v:>10}{r['after']['thresholds'][k]:>10}")
+    lines.append("")
+    lines.append(f"{'metric':<20}{'dev before':>12}{'dev after':>12}{'test before':>13}{'test after':>12}")
+    for k in REPORT_KEYS:
+        vals = [r["before"]["dev"][k], r["after"]["dev"][k], r["before"]["test"][k], r["after"]["test"][k]]
+        lines.append(f"{k:<20}" + "".join(f"{'-' if v is None else v:>12}" for v in vals))
+    if not r["changed"]:
+        lines.append("\nno setting beats the current thresholds on dev")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run.py calibrate", description="Fit policy thresholds on gold cases.")
+    p.add_argument("--kb", required=True, help="knowledge base directory")
+    p.add_argument("--cases", required=True, help="cases file (YAML or JSONL)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dev-fraction", type=float, default=0.5)
+    p.add_argument("--write", action="store_true", help=f"write the thresholds to <kb>/{KB_OVERRIDE_NAME}")
+    p.add_argument("--policy-file", help="policy YAML merged over the default")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
+    return p
+
+
+def cli(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    kb = Path(args.kb)
+    state_dir = tempfile.mkdtemp(prefix="voice-agent-calibrate-")
+    try:
+        if not kb.is_dir():
+            raise CasesError(f"{kb}: knowledge base directory not found")
+        cases = load_cases(args.cases)
+        split_cases(cases, args.dev_fraction, args.seed)  # validates the fraction before loading models
+        from .engine import Engine
+
+        engine = Engine.load(kb, policy_file=args.policy_file, state_dir=state_dir)
+        from .evaluate import check_kb_loaded
+
+        check_kb_loaded(engine, kb)
+        report = calibrate(engine, cases, seed=args.seed, dev_fraction=args.dev_fraction, progress=not args.json and sys.stderr.isatty())
+        if args.write:
+            report["written"] = str(write_override(kb, report))
+        if args.json:
+            print(json.dumps(report))
+        else:
+            print(format_report(report))
+            if args.write:
+                print(f"\nwrote {report['written']}")
+        return 0
+    except (CasesError, PolicyConfigError, ValueError) as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a CLI reports one line, never a traceback
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)

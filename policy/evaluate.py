@@ -1,0 +1,383 @@
+"""`run.py eval`: run gold cases through the engine (text, or audio via an injected runner), score
+them with `policy.metrics`, print a table or JSON, write one JSON line per case and a confusion-matrix
+PNG next to `--out`.
+
+The only import of `voice_agent` from `policy` is the lazy one in `cli()` when `--audio-dir` is
+given: the audio path lives in `voice_agent/eval_audio.py` and reaches this module as a plain
+callable, so the package arrow `voice_agent -> policy` holds everywhere else."""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .cases import Case, CasesError, load_cases
+from .config import Costs
+from .decision import Action, Decision
+from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
+from .numbers import number_values
+
+POLICIES = ("gated", "threshold", "minimal")
+# (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
+# detected caller turn; the optional problems (no reply audio, call errors) fail the case.
+AudioRunner = Callable[[Case, Path], tuple]
+
+
+# ---------------------------------------------------------------- running cases
+
+def _today(engine: Any) -> dt.date:
+    for name in ("on_date", "today"):
+        value = getattr(engine, name, None)
+        value = value() if callable(value) else value
+        if isinstance(value, dt.date):
+            return value
+    return dt.date.today()
+
+
+def _doc_status(engine: Any, doc_id: str, hits_status: dict[str, str]) -> str:
+    if doc_id in hits_status:
+        return hits_status[doc_id]
+    doc = engine.kb.docs.get(doc_id)
+    if doc is None:
+        return "missing"
+    from kb.loader import effective_status  # kb is below policy: a plain dependency
+
+    return getattr(effective_status(doc, _today(engine), engine.kb), "value", "active")
+
+
+def cited_sources(engine: Any, decision: Decision, retrieval: Any = None) -> list[CitedSource]:
+    """Resolve each citation to its section text (with title, heading and version, which a message
+    may repeat) and its document's effective status."""
+    hits_status = {h.doc_id: getattr(h.status, "value", str(h.status)) for h in (retrieval.hits if retrieval else [])}
+    out = []
+    for c in decision.citations:
+        section = engine.kb.section(f"{c.doc_id}#{c.section}")
+        doc = engine.kb.docs.get(c.doc_id)
+        if section is None or doc is None:
+            out.append(CitedSource(doc_id=c.doc_id, section=c.section, status="missing"))
+            continue
+        text = " ".join([doc.title, *section.heading_path, section.heading, section.text, doc.version])
+        out.append(CitedSource(doc_id=c.doc_id, section=c.section, text=text,
+                               status=_doc_status(engine, c.doc_id, hits_status)))
+    return out
+
+
+def stale_numbers(retrieval: Any, sources: list[CitedSource]) -> list[str]:
+    """Numbers that the turn's deprecated/draft hits state and no active cited section does."""
+    if retrieval is None:
+        return []
+    current: set[str] = set()
+    for s in sources:
+        if s.status == "active":
+            current |= number_values(s.text)
+    old: set[str] = set()
+    for h in retrieval.hits:
+        if getattr(h.status, "value", str(h.status)) != "active":
+            old |= number_values(h.text)
+    return sorted(old - current)
+
+
+def _session(engine: Any, case: Case, policy: str, default_role: str) -> Any:
+    kwargs: dict[str, Any] = {"role": case.role(default_role), "facets": case.caller.all_facets()}
+    if policy != "gated":
+        kwargs["policy"] = policy
+    return engine.session(**kwargs)
+
+
+def run_text_case(engine: Any, case: Case, *, policy: str = "gated", default_role: str = "public") -> CaseResult:
+    """One case through the text path: the same session.turn + pre-speech recheck every entry point
+    uses (the recheck only for the real policy). Faults are injected for this case only."""
+    session = _session(engine, case, policy, default_role)
+    expected = case.expected_per_turn()
+    records = []
+    for i, text in enumerate(case.caller_turns):
+        out = session.turn(text, faults=tuple(case.faults))
+        decision = out.decision
+        if policy == "gated":  # what the product speaks; the baselines are measured as designed
+            decision = session.recheck_before_speech(decision)
+        retrieval = getattr(out, "retrieval", None)
+        sources = cited_sources(engine, decision, retrieval)
+        records.append(TurnRecord(case_id=case.id, bucket=case.bucket, index=i, question=text,
+                                  expected=expected[i], decision=decision, sources=sources,
+                                  stale_numbers=stale_numbers(retrieval, sources)))
+    return CaseResult(case=case, turns=records, mode="text", failures=case_failures(case, records))
+
+
+def run_audio_case_result(engine: Any, case: Case, wav: Path, runner: AudioRunner) -> CaseResult:
+    got = runner(case, wav)
+    transcripts, decisions = got[0], got[1]
+    problems: list[str] = list(got[2]) if len(got) > 2 else []
+    expected = case.expected_per_turn()
+    n_turns = len(case.caller_turns)
+    # A turn the voice path never decided on (VAD merged it, ASR heard nothing) still counts: the
+    # caller got no answer, scored as an empty refusal.
+    silent = Decision(action=Action.refuse, message="")
+    decisions_by_turn = list(decisions[:n_turns]) + [silent] * max(0, n_turns - len(decisions))
+    records = []
+    for i, decision in enumerate(decisions_by_turn):
+        sources = cited_sources(engine, decision)
+        records.append(TurnRecord(case_id=case.id, bucket=case.bucket, index=i, question=case.caller_turns[i],
+                                  transcript=transcripts[i] if i < len(transcripts) else None,
+                                  expected=expected[i], decision=decision, sources=sources))
+    failures = case_failures(case, records)
+    if len(decisions) != n_turns:
+        problems.insert(0, f"audio: {len(decisions)} decision(s) for {n_turns} caller turn(s)")
+    failures = problems + failures
+    return CaseResult(case=case, turns=records, mode="audio", failures=failures)
+
+
+def run_cases(engine: Any, cases: Iterable[Case], *, policy: str = "gated", default_role: str = "public",
+              audio_dir: Path | None = None, audio_runner: AudioRunner | None = None,
+              progress: Callable[[int, Case], None] | None = None) -> list[CaseResult]:
+    """Run every case. With an audio runner, a case whose `<id>.wav` is in `audio_dir` goes through
+    the voice path; cases with faults always run as text (faults cannot be injected into a call)."""
+    results = []
+    for n, case in enumerate(cases, 1):
+        wav = audio_dir / f"{case.id}.wav" if audio_dir else None
+        if audio_runner and wav and wav.is_file() and not case.faults:
+            results.append(run_audio_case_result(engine, case, wav, audio_runner))
+        else:
+            results.append(run_text_case(engine, case, policy=policy, default_role=default_role))
+        if progress:
+            progress(n, case)
+    return results
+
+
+def costs_of(engine: Any) -> Costs:
+    cfg = getattr(engine, "config", None)
+    return cfg.costs if cfg is not None else Costs()
+
+
+# ---------------------------------------------------------------- output
+
+_COLUMNS = [("action_accuracy", "acc"), ("case_pass_rate", "pass"), ("unsafe_answer_rate", "unsafe"),
+            ("over_abstain_rate", "over"), ("clarification_precision", "clarP"), ("handoff_precision", "handP"),
+            ("evidence_support_rate", "evid"), ("conflict_detection_rate", "confl"),
+            ("version_safety_rate", "vers"), ("cost", "cost")]
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+def format_table(metrics: dict[str, Any]) -> str:
+    head = f"{'bucket':<22}{'cases':>6}" + "".join(f"{short:>8}" for _, short in _COLUMNS)
+    lines = [head, "-" * len(head)]
+    rows = list(metrics["buckets"].items()) + [("ALL", metrics)]
+    for name, m in rows:
+        if name == "ALL":
+            lines.append("-" * len(head))
+        lines.append(f"{name[:21]:<22}{m['cases']:>6}" + "".join(f"{_fmt(m[k]):>8}" for k, _ in _COLUMNS))
+    return "\n".join(lines)
+
+
+def format_confusion(metrics: dict[str, Any]) -> str:
+    labels = metrics["confusion"]["labels"]
+    m = metrics["confusion"]["rows_expected_cols_actual"]
+    lines = ["confusion (rows: expected, columns: actual)", f"{'':<10}" + "".join(f"{x:>10}" for x in labels)]
+    lines += [f"{labels[i]:<10}" + "".join(f"{v:>10}" for v in row) for i, row in enumerate(m)]
+    return "\n".join(lines)
+
+
+def format_compare(per_policy: dict[str, dict[str, Any]]) -> str:
+    names = list(per_policy)
+    keys = [k for k, _ in _COLUMNS] + ["unsafe_answers", "answers"]
+    lines = [f"{'metric':<26}" + "".join(f"{n:>12}" for n in names)]
+    lines += [f"{k:<26}" + "".join(f"{_fmt(per_policy[n].get(k)):>12}" for n in names) for k in keys]
+    return "\n".join(lines)
+
+
+def save_confusion_png(metrics: dict[str, Any], path: Path, title: str) -> Path:
+    import matplotlib  # heavy: only when a PNG is asked for
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = metrics["confusion"]["labels"]
+    m = metrics["confusion"]["rows_expected_cols_actual"]
+    fig, ax = plt.subplots(figsize=(5, 4.4))
+    ax.imshow(m, cmap="Blues")
+    ax.set_xticks(range(4), labels)
+    ax.set_yticks(range(4), labels)
+    ax.set_xlabel("actual")
+    ax.set_ylabel("expected")
+    ax.set_title(title, fontsize=10)
+    top = max(max(r) for r in m) or 1
+    for i, row in enumerate(m):
+        for j, v in enumerate(row):
+            ax.text(j, i, str(v), ha="center", va="center", color="white" if v > top / 2 else "black")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_results(results: list[CaseResult], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in results:
+            f.write(json.dumps(r.line(), ensure_ascii=False) + "\n")
+
+
+def _out_for(out: Path, policy: str, compare: bool) -> Path:
+    return out.with_name(f"{out.stem}.{policy}{out.suffix or '.jsonl'}") if compare else out
+
+
+def _png_for(out: Path) -> Path:
+    return out.with_name(f"{out.stem}.confusion.png")
+
+
+# ---------------------------------------------------------------- command line
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run.py eval", description="Run gold cases and print the metrics.")
+    p.add_argument("--kb", required=True, help="knowledge base directory")
+    p.add_argument("--cases", required=True, help="cases file (YAML or JSONL, CONTRACT §3)")
+    p.add_argument("--audio-dir", help="directory of <case id>.wav files to run through the voice path")
+    p.add_argument("--out", help="write one JSON line per case here (and <stem>.confusion.png beside it)")
+    p.add_argument("--policy", default="gated", choices=POLICIES, help="policy to evaluate (default: gated)")
+    p.add_argument("--compare", action="store_true", help="run every policy on the same cases, side by side")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (last line)")
+    p.add_argument("--role", default="public", help="caller role for cases that do not name one")
+    p.add_argument("--policy-file", help="policy YAML merged over the default")
+    p.add_argument("--state-dir", help="where audits and handoffs go (default: a temporary directory)")
+    p.add_argument("--no-dense", action="store_true", help="lexical retrieval only")
+    p.add_argument("--failures", type=int, default=15, help="failing cases to list in the table output")
+    return p
+
+
+def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:
+    from .engine import Engine
+
+    return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense)
+
+
+def _audio_setup(args: argparse.Namespace, state_dir: str) -> tuple[Any, AudioRunner]:
+    # The one place policy imports voice_agent, lazily, and only for --audio-dir (see module doc).
+    from voice_agent.call import VoiceRuntime
+    from voice_agent.eval_audio import run_audio_case
+
+    runtime = VoiceRuntime.load(args.kb, state_dir=state_dir, policy_file=args.policy_file)
+    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=args.role)
+
+
+def evaluate(engine: Any, cases: list[Case], *, policy: str = "gated", default_role: str = "public",
+             audio_dir: Path | None = None, audio_runner: AudioRunner | None = None,
+             progress: Callable[[int, Case], None] | None = None) -> tuple[list[CaseResult], dict[str, Any]]:
+    """Run and score: (per-case results, metrics with buckets and confusion matrix)."""
+    results = run_cases(engine, cases, policy=policy, default_role=default_role, audio_dir=audio_dir,
+                        audio_runner=audio_runner, progress=progress)
+    metrics = evaluate_metrics(results, costs_of(engine))
+    metrics["policy"] = policy
+    metrics["kb_version"] = getattr(engine, "kb_version", "")
+    metrics["audio_cases"] = sum(r.mode == "audio" for r in results)
+    return results, metrics
+
+
+def _print_failures(results: list[CaseResult], limit: int) -> None:
+    bad = [r for r in results if not r.ok]
+    if not bad or limit <= 0:
+        return
+    print(f"\nfailing cases ({len(bad)}):")
+    for r in bad[:limit]:
+        print(f"  {r.case.id} [{r.case.bucket}]: {'; '.join(r.failures)}")
+    if len(bad) > limit:
+        print(f"  ... and {len(bad) - limit} more (see --out)")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def check_kb_loaded(engine: Any, kb: Path) -> None:
+    """An eval over an empty KB measures nothing; skipped files are worth a warning."""
+    if not engine.kb.docs:
+        raise CasesError(f"{kb}: no loadable documents in the knowledge base")
+    problems = [p for p in getattr(engine.kb, "problems", []) if getattr(p, "fatal", True)]
+    if problems:
+        print(f"warning: {len(problems)} KB file(s) skipped, first: {problems[0]}", file=sys.stderr)
+
+
+def cli(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        cases = load_cases(args.cases)
+        kb = Path(args.kb)
+        if not kb.is_dir():
+            raise CasesError(f"{kb}: knowledge base directory not found")
+        audio_dir = Path(args.audio_dir) if args.audio_dir else None
+        if audio_dir and not audio_dir.is_dir():
+            raise CasesError(f"{audio_dir}: audio directory not found")
+        if audio_dir and args.compare:
+            raise CasesError("--audio-dir runs the real (gated) policy only; drop --compare")
+    except CasesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or tempfile.mkdtemp(prefix="voice-agent-eval-")
+    try:
+        return _run(args, cases, audio_dir, state_dir)
+    except CasesError as exc:
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a CLI reports one line, never a traceback
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.state_dir:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, state_dir: str) -> int:
+    runner: AudioRunner | None = None
+    if audio_dir:
+        engine, runner = _audio_setup(args, state_dir)
+    else:
+        engine = _load_engine(args, state_dir)
+    check_kb_loaded(engine, Path(args.kb))
+    if not args.state_dir:
+        from .calibrate import _scratch
+
+        _scratch(engine)  # a throwaway state dir needs no per-record fsync
+
+    def progress(n: int, case: Case) -> None:
+        if runner is not None:
+            print(f"\r{n}/{len(cases)} {case.id:<20}", end="", file=sys.stderr, flush=True)
+
+    policies = list(POLICIES) if args.compare else [args.policy]
+    per_policy: dict[str, dict[str, Any]] = {}
+    for policy in policies:
+        results, metrics = evaluate(engine, cases, policy=policy, default_role=args.role,
+                                    audio_dir=audio_dir, audio_runner=runner, progress=progress)
+        if runner is not None:
+            print(file=sys.stderr)
+        if args.out:
+            out = _out_for(Path(args.out), policy, args.compare)
+            write_results(results, out)
+            metrics["png"] = str(save_confusion_png(metrics, _png_for(out), f"{policy} on {Path(args.cases).name}"))
+            metrics["out"] = str(out)
+        per_policy[policy] = metrics
+        if not args.json and not args.compare:
+            print(format_table(metrics))
+            print()
+            print(format_confusion(metrics))
+            _print_failures(results, args.failures)
+            if args.out:
+                print(f"\nwrote {metrics['out']} and {metrics['png']}")
+    if args.compare:
+        if not args.json:
+            print(format_compare(per_policy))
+            for name, m in per_policy.items():
+                print(f"\n[{name}]\n{format_confusion(m)}")
+        else:
+            print(json.dumps({"policies": per_policy}, ensure_ascii=False))
+    elif args.json:
+        print(json.dumps(per_policy[args.policy], ensure_ascii=False))
+    return 0

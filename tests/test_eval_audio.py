@@ -1,0 +1,174 @@
+"""The eval's audio path: the runner that feeds a case's WAV through a call (unit, with a stand-in
+call that follows voice_agent.call's event contract), the eval wiring of an injected runner, and the
+real voice path end to end once `voice_agent/call.py` exists."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from policy.cases import Case
+from policy.decision import Action, Citation, Decision
+from voice_agent.audio import write_wav
+from voice_agent.eval_audio import run_audio_case
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "fixtures" / "kb"
+
+
+class Ev:
+    def __init__(self, type_: str, **kw):
+        self.type = type_
+        self.__dict__.update(kw)
+
+
+class FakeCall:
+    """Emits, for every ~1 s of fed audio, a transcript, a decision and (unless mute) reply audio."""
+
+    def __init__(self, role, facets, mute=False):
+        self.role, self.facets, self.mute = role, facets, mute
+        self.q: asyncio.Queue = asyncio.Queue()
+        self.fed = 0
+        self.closed = False
+
+    async def feed_audio(self, pcm16: bytes) -> None:
+        self.fed += len(pcm16)
+
+    async def end_of_input(self) -> None:
+        turns = max(1, round(self.fed / 32000))
+        asyncio.get_running_loop().create_task(self._emit(turns))
+
+    async def _emit(self, turns: int) -> None:
+        for i in range(turns):
+            await asyncio.sleep(0.01)  # decisions arrive after end_of_input returns
+            await self.q.put(Ev("transcript", text=f"turn {i}", final=False))
+            await self.q.put(Ev("transcript", text=f"turn {i}", final=True))
+            await self.q.put(Ev("decision", decision=Decision(action=Action.refuse, message=f"no {i}")))
+            if not self.mute:
+                await self.q.put(Ev("audio_start", id=i, sample_rate=16000, encoding="pcm16"))
+                await self.q.put(Ev("audio_chunk", id=i, data=b"\x00\x01" * 100))
+                await self.q.put(Ev("audio_end", id=i))
+
+    async def events(self):
+        while True:
+            yield await self.q.get()
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeRuntime:
+    def __init__(self, mute=False):
+        self.mute = mute
+        self.calls: list[FakeCall] = []
+
+    def new_call(self, *, role="public", facets=None, config=None):
+        self.calls.append(FakeCall(role, facets, self.mute))
+        return self.calls[-1]
+
+
+def case(turns=1, **caller) -> Case:
+    body = {"id": "a1", "expect": {"action": "refuse"}, "caller": caller}
+    body.update({"turns": [f"q{i}" for i in range(turns)]} if turns > 1 else {"question": "q"})
+    return Case.model_validate(body)
+
+
+def wav(tmp_path: Path, seconds: float, sr: int = 8000) -> Path:
+    return write_wav(tmp_path / "a1.wav", np.zeros(int(seconds * sr), np.float32), sr)
+
+
+@pytest.mark.unit
+def test_runner_collects_final_transcripts_and_decisions(tmp_path):
+    rt = FakeRuntime()
+    transcripts, decisions, problems = run_audio_case(rt, case(2, customer_type="business"), wav(tmp_path, 2.0),
+                                                      config=object(), role="agent")
+    assert transcripts == ["turn 0", "turn 1"]
+    assert [d.message for d in decisions] == ["no 0", "no 1"]
+    assert problems == []
+    call = rt.calls[0]
+    assert call.fed == 2 * 16000 * 2  # resampled 8 kHz -> 16 kHz PCM16
+    assert call.role == "agent" and call.facets == {"customer_type": "business"} and call.closed
+
+
+@pytest.mark.unit
+def test_runner_reports_missing_reply_audio(tmp_path):
+    _, decisions, problems = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object())
+    assert len(decisions) == 1
+    assert problems == ["audio: no reply audio for turn(s) [1]"]
+
+
+@pytest.mark.unit
+def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path):
+    from policy.evaluate import run_cases
+
+    class Kb:
+        docs: dict = {}
+
+        def section(self, locator):
+            return None
+
+    class Engine:
+        kb = Kb()
+
+        def session(self, **kw):
+            raise AssertionError("text path must not run for an audio case")
+
+    (tmp_path / "a1.wav").write_bytes(b"")
+    seen = []
+
+    def runner(c, path):
+        seen.append((c.id, path))
+        return ["heard"], [Decision(action=Action.answer, message="x", citations=[Citation(doc_id="d", section="s")])]
+
+    [r] = run_cases(Engine(), [case()], audio_dir=tmp_path, audio_runner=runner)
+    assert seen == [("a1", tmp_path / "a1.wav")]
+    assert r.mode == "audio" and r.line()["transcripts"] == ["heard"]
+    assert r.failures == ["turn 1: expected refuse, got answer"]
+    assert r.turns[0].sources[0].status == "missing"  # cited section not in the KB
+
+    # Fewer decisions than caller turns: the unheard turn is scored as not answered.
+    two = Case.model_validate({"id": "a1", "turns": ["q1", "q2"], "expect": {"actions": ["clarify", "answer"]}})
+    [r2] = run_cases(Engine(), [two], audio_dir=tmp_path,
+                     audio_runner=lambda c, p: (["q1"], [Decision(action=Action.clarify, message="which?")], []))
+    assert [t.decision.action for t in r2.turns] == [Action.clarify, Action.refuse]
+    assert r2.failures[:2] == ["audio: 1 decision(s) for 2 caller turn(s)", "turn 2: expected answer, got refuse"]
+
+
+@pytest.mark.audio
+@pytest.mark.slow
+def test_eval_audio_dir_through_real_voice_path(tmp_path):
+    pytest.importorskip("voice_agent.call", reason="voice_agent/call.py not written yet")
+    if not shutil.which("espeak-ng"):
+        pytest.skip("espeak-ng not installed")
+    audio = tmp_path / "audio"
+    audio.mkdir()
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", str(audio / "vm1.wav"),
+                    "How do I set up my voicemail?"], check=True)
+    cases = tmp_path / "cases.yaml"
+    cases.write_text("""
+- id: vm1
+  bucket: direct_evidence
+  question: "How do I set up my voicemail?"
+  expect: {action: answer, cite_any: [voicemail-setup]}
+- id: txt1
+  bucket: no_answer
+  question: "Do you sell laptops?"
+  expect: {action: refuse}
+""")
+    out = tmp_path / "res.jsonl"
+    p = subprocess.run([sys.executable, str(ROOT / "run.py"), "eval", "--kb", str(KB), "--cases", str(cases),
+                        "--audio-dir", str(audio), "--out", str(out), "--json"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    m = json.loads(p.stdout.strip().splitlines()[-1])
+    assert m["audio_cases"] == 1 and m["cases"] == 2
+    lines = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
+    assert lines["vm1"]["mode"] == "audio" and lines["txt1"]["mode"] == "text"
+    assert "voicemail" in lines["vm1"]["transcripts"][0].lower()
+    assert lines["vm1"]["ok"], lines["vm1"]["failures"]

@@ -1,0 +1,115 @@
+"""Run one evaluation case's recording through the full voice path (VAD, ASR, normalization, policy,
+pre-TTS recheck, TTS) for `run.py eval --audio-dir`. The reply audio is rendered and discarded; a
+decision that produced no reply audio is reported as a problem of the case.
+
+`policy.evaluate` receives this as an injected callable so that `policy` never imports
+`voice_agent` outside its CLI."""
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from policy.cases import Case
+from policy.decision import Decision
+
+from .audio import float_to_pcm16, read_wav, resample
+
+CHUNK_MS = 20
+RATE = 16000
+# CallEvent classes (voice_agent.call) by name, so this reads the stream without importing them.
+_KINDS = {"TranscriptEvent": "transcript", "DecisionEvent": "decision", "AudioStart": "audio_start",
+          "AudioChunk": "audio_chunk", "AudioEnd": "audio_end", "ErrorEvent": "error"}
+SETTLE_TIMEOUT_S = 60.0  # a turn's ASR + policy + TTS on 2 busy cores stays well under this
+QUIET_S = 3.0
+
+
+def default_config() -> Any:
+    from .call import CallConfig
+
+    # Audio is fed faster than real time, so a later turn would "interrupt" an earlier reply that is
+    # still being rendered; barge-in is off so every turn's reply is rendered whole.
+    return CallConfig(input_rate=RATE, barge_in=False)
+
+
+async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str) -> tuple[list[str], list[Decision], list[str]]:
+    pcm, sr = read_wav(wav_path)
+    rate = RATE
+    if sr != rate:
+        pcm = resample(pcm, sr, rate)
+    call = runtime.new_call(role=case.role(role), facets=case.caller.all_facets(), config=config)
+    transcripts: list[str] = []
+    decisions: list[Decision] = []
+    audio_bytes: dict[Any, int] = {}
+    ended: set[Any] = set()
+    replies: list[Any] = []  # audio id per decision, in order
+    errors: list[str] = []
+    changed = asyncio.Event()
+
+    async def consume() -> None:
+        async for ev in call.events():
+            kind = _KINDS.get(type(ev).__name__, getattr(ev, "type", ""))
+            if kind == "transcript" and getattr(ev, "final", True):
+                transcripts.append(ev.text)
+            elif kind == "decision":
+                decisions.append(ev.decision)
+            elif kind == "audio_start":
+                replies.append(ev.id)
+            elif kind == "audio_chunk":
+                audio_bytes[ev.id] = audio_bytes.get(ev.id, 0) + len(ev.data)
+            elif kind == "audio_end":
+                ended.add(ev.id)
+            elif kind == "error":
+                errors.append(f"{ev.code}: {ev.message}")
+            changed.set()
+
+    consumer = asyncio.create_task(consume())
+    try:
+        step = rate * CHUNK_MS // 1000
+        data = float_to_pcm16(pcm)
+        for i in range(0, len(data), step * 2):
+            await call.feed_audio(data[i:i + step * 2])
+        await call.end_of_input()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_TIMEOUT_S
+
+        want = len(case.caller_turns)
+
+        def playing() -> bool:
+            return any(r not in ended for r in replies)
+
+        # Done when every caller turn has its decision and finished reply audio. Otherwise (VAD heard
+        # fewer turns, a reply never started) stop once nothing is playing and the stream has been
+        # quiet for QUIET_S.
+        while not (len(decisions) >= want and len(replies) >= len(decisions) and not playing()):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            changed.clear()
+            idle = bool(decisions) and not playing()
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=min(QUIET_S, left) if idle else left)
+            except asyncio.TimeoutError:
+                if idle:
+                    break
+    finally:
+        await call.close()
+        consumer.cancel()
+        try:
+            await consumer
+        except (asyncio.CancelledError, Exception):  # the stream ends with the call
+            pass
+    problems = [f"audio: call error {e}" for e in errors]
+    silent = [i for i, _ in enumerate(decisions) if i >= len(replies) or not audio_bytes.get(replies[i])]
+    if silent:
+        problems.append(f"audio: no reply audio for turn(s) {[i + 1 for i in silent]}")
+    return transcripts, decisions, problems
+
+
+def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,
+                   config: Any = None, role: str = "public") -> tuple[list[str], list[Decision], list[str]]:
+    """Feed `<case id>.wav` through a new call of `runtime` (a `VoiceRuntime`) and collect what the
+    caller was heard to say and what the agent decided, one per detected turn. `role` applies to
+    cases that name none. The third element lists problems of the voice path (no reply audio, call
+    errors); the eval counts them as failures of the case."""
+    return asyncio.run(_run(runtime, case, Path(wav_path), config if config is not None else default_config(), role))
