@@ -86,6 +86,8 @@ class Hit(BaseModel):
     fused_rank: int  # 1-based
     covered_terms: list[str]  # normalized query terms present in this section (or its headings)
     missing_terms: list[str]  # normalized query terms absent from it
+    # missing terms the section says in other words (term -> the section's word), see kb/soft_match.py
+    soft_covered: dict[str, str] = Field(default_factory=dict)
 
 
 class RetrievalResult(BaseModel):

@@ -25,6 +25,8 @@ class Thresholds(BaseModel):
     conflict_min_dense: float = 0.45
     threshold_baseline: float = 0.020
     max_clarify_facets: int = 2
+    soft_match: float = 0.6
+    soft_weight: float = 0.8
 
 
 class Costs(BaseModel):

@@ -17,10 +17,12 @@ from pydantic import BaseModel, Field
 from kb.loader import KnowledgeBase, load_kb, visible_to
 from kb.models import Hit, RetrievalResult, RetrievalUnavailable
 from kb.retrieve import Retriever
+from kb.soft_match import SoftMatcher
 from kb.tokenize import content_terms
 
 from . import recheck
-from .compose import compose, sentences
+from .compose import compose
+from .extract import sentences
 from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
@@ -62,6 +64,7 @@ class Engine:
         self.handoffs = JsonlStore(self.state_dir / "handoffs.jsonl")
         self.audit = JsonlStore(self.state_dir / "audit.jsonl")
         self._facets_by_role: dict[str, dict[str, set[str]]] = {}
+        self._soft: SoftMatcher | None = None
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -78,8 +81,16 @@ class Engine:
     def policy_version(self) -> str:
         return self.config.fingerprint()
 
+    def soft_matcher(self) -> SoftMatcher:
+        """Word-level synonym matching for coverage; shares the retriever's embedding model."""
+        if self._soft is None:
+            self._soft = SoftMatcher(self.retriever.embed, threshold=self.config.thresholds.soft_match)
+        return self._soft
+
     def with_config(self, config: PolicyConfig) -> "Engine":
-        return Engine(self.kb, self.retriever, config, self.state_dir, self.on_date)
+        other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date)
+        other._soft = self._soft
+        return other
 
     def vocabulary(self, role: str = "public") -> list[str]:
         return self.retriever.vocabulary(role)
@@ -155,6 +166,10 @@ class Session:
             except RetrievalUnavailable as exc:
                 error = exc.reason
         timings["retrieve"] = (time.perf_counter() - t1) * 1000
+        if result is not None and not result.lexical_only and result.hits:
+            ts = time.perf_counter()
+            eng.soft_matcher().annotate(normalized, result.hits)
+            timings["soft_match"] = (time.perf_counter() - ts) * 1000
 
         t2 = time.perf_counter()
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,

@@ -40,18 +40,24 @@ FRAME_TERMS = frozenset(content_terms(
     "mean means possible able thing sure kind sort find"))
 
 
-def coverage(hit: Hit, weights: dict[str, float]) -> float:
+def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8) -> float:
     terms = [t for t in hit.covered_terms + hit.missing_terms if t not in FRAME_TERMS]
     if not terms:
         return 0.0
     w = {t: max(weights.get(t, 1.0), 0.05) for t in terms}
-    return sum(w[t] for t in hit.covered_terms if t in w) / sum(w.values())
+    exact = sum(w[t] for t in hit.covered_terms if t in w)
+    soft = sum(w[t] for t in hit.soft_covered if t in w and t not in hit.covered_terms)
+    return (exact + soft_weight * soft) / sum(w.values())
+
+
+def covers(hit: Hit, term: str) -> bool:
+    return term in hit.covered_terms or term in hit.soft_covered
 
 
 def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[GradedHit]:
     graded = []
     for hit in result.hits:
-        cov = coverage(hit, result.term_weights)
+        cov = coverage(hit, result.term_weights, th.soft_weight)
         dense = hit.dense_score
         if dense is None or result.lexical_only:
             relevant = cov >= th.min_coverage and hit.lexical_score > 0
@@ -64,7 +70,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
             score = 0.5 * dense + 0.5 * cov
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
-                                [t for t in hit.missing_terms if t not in FRAME_TERMS]))
+                                [t for t in hit.missing_terms if t not in FRAME_TERMS and t not in hit.soft_covered]))
     graded.sort(key=lambda g: g.score, reverse=True)
     return graded
 

@@ -14,6 +14,7 @@ from kb.models import RISK_ORDER, EffectiveStatus, RetrievalResult
 from .config import PolicyConfig
 from .decision import Action, Reason
 from .evidence import GradedHit, competitors, grade
+from .extract import pick_sentences
 from .numbers import quantities
 from .signals import action_verb, approval_action, disallowed_request, fact_kind, human_requested
 
@@ -70,45 +71,48 @@ def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
     return any(k in fb and fb[k] != v for k, v in fa.items())
 
 
-def _figures(g: GradedHit, terms: set[str]) -> dict[str, set[str]]:
-    """Quantities by kind in the sentences of a section that mention the question's terms."""
-    from .compose import sentences  # local: compose imports gates' types
+# Which quantity kinds can settle each kind of question (see signals.fact_kind).
+_KINDS_FOR_FACT = {"duration": {"time"}, "amount": {"money", "percent"}, "count": {"number", "data"},
+                   "date": {"date"}}
 
+
+def _figures(g: GradedHit, question: str, fact: str) -> dict[str, set[str]]:
+    """Quantities by kind in the sentences this section would speak as the answer."""
+    wanted = _KINDS_FOR_FACT.get(fact, {"money", "percent", "time", "data", "speed"})
     out: dict[str, set[str]] = {}
-    for s in sentences(g.hit.text):
-        low = s.lower()
-        if terms and not any(t in low for t in terms):
-            continue
-        for q in quantities(s):
-            if q.kind in ("number", "date"):
-                continue
-            out.setdefault(q.kind, set()).add(q.value)
+    for sent in pick_sentences(g, question, fact):
+        for q in quantities(sent):
+            if q.kind in wanted:
+                out.setdefault(q.kind, set()).add(q.value)
     return out
 
 
 def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> float:
     """Share of the question's weight that one section covers and the other does not: two sections
     only compete as answers to the same question when this is small (Mexico vs EU day passes)."""
-    terms = set(a.hit.covered_terms) | set(a.missing_terms) | set(b.hit.covered_terms)
+    ca = set(a.hit.covered_terms) | set(a.hit.soft_covered)
+    cb = set(b.hit.covered_terms) | set(b.hit.soft_covered)
+    terms = ca | cb | set(a.missing_terms)
     total = sum(weights.get(t, 1.0) for t in terms) or 1.0
-    diff = set(a.hit.covered_terms) ^ set(b.hit.covered_terms)
+    diff = ca ^ cb
     return sum(weights.get(t, 1.0) for t in diff) / total
 
 
-def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float]) -> list[tuple[GradedHit, GradedHit, str]]:
-    """Pairs of current, same-scope documents that give different figures of the same kind."""
+def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float], question: str,
+                   fact: str) -> list[tuple[GradedHit, GradedHit, str]]:
+    """Pairs of current, same-scope sections, each strong enough to answer, whose answers give
+    different figures of the kind the question asks for."""
     pairs = []
-    strong = [g for g in cands if g.active and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
-    if not any(g.answers for g in strong):
-        return []
+    strong = [g for g in cands if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
     for i, a in enumerate(strong):
         for b in strong[i + 1:]:
             if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b):
                 continue
-            if _distinct_weight(a, b, weights) > 0.25:
+            # both must be equally about the question: a dispute page that mentions late fees
+            # does not contradict the late-fee page
+            if _distinct_weight(a, b, weights) > 0.4 or abs((a.dense or 0) - (b.dense or 0)) > 0.08:
                 continue
-            shared = set(a.hit.covered_terms) & set(b.hit.covered_terms)
-            fa, fb = _figures(a, shared), _figures(b, shared)
+            fa, fb = _figures(a, question, fact), _figures(b, question, fact)
             for kind in sorted(set(fa) & set(fb)):
                 if fa[kind].isdisjoint(fb[kind]):
                     pairs.append((a, b, kind))
@@ -163,10 +167,13 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     # c. High-risk topics (from KB metadata) and actions a human must approve.
     top = competitors(graded, cfg.thresholds.competitor_margin)
-    # A high-risk section counts when it is about the question as much as the best one is: it covers
-    # the question's terms at least as well and scores nearly as high (not merely shares a word).
-    risky = [g for g in top if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
-             and g.coverage >= top[0].coverage - 1e-9 and g.score >= top[0].score - cfg.thresholds.competitor_margin / 2]
+    # A high-risk section counts when it is about the question as much as the best current one is:
+    # it covers the question's terms at least as well and scores nearly as high (not merely shares a
+    # word). Outdated and future documents do not set today's risk.
+    top_active = competitors([g for g in graded if g.active], cfg.thresholds.competitor_margin)
+    risky = [g for g in top_active if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
+             and g.coverage >= top_active[0].coverage - 1e-9
+             and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2]
     if m := approval_action(q, cfg):
         signals["approval_action"] = m
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
@@ -207,17 +214,19 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     # The question is about something only outdated or future material covers (its best section
     # beats every current one, and no current document replaces it): not the current rule.
-    lead = relevant[0]
+    lead = max(relevant, key=lambda g: g.dense or 0.0)
     replaced = {d for g in active for d in g.hit.supersedes}
-    if (not lead.active and lead.doc_id not in replaced
-            and lead.score - active[0].score > cfg.thresholds.competitor_margin / 2):
+    if (not lead.active and lead.doc_id not in replaced and lead.dense is not None
+            and lead.dense - max(g.dense or 0.0 for g in active) > cfg.thresholds.competitor_margin / 2):
         reason = Reason.deprecated_only if lead.hit.status == EffectiveStatus.deprecated else Reason.draft_only
         return out(Action.refuse, [reason], "f_version", evidence=[lead], evidence_status="background")
 
     cands = competitors(active, cfg.thresholds.competitor_margin)
 
     # g. Current sources disagree: expose it, never pick a side.
-    if conflicts := find_conflicts(cands, cfg, facts.result.term_weights):
+    # (a wider net than the facet check: a disagreeing source need not rank quite as high)
+    if conflicts := find_conflicts(competitors(active, 2 * cfg.thresholds.competitor_margin), cfg,
+                                   facts.result.term_weights, q, kind):
         a, b, qkind = conflicts[0]
         desc = [f"{x.hit.title} ({x.doc_id}) and {y.hit.title} ({y.doc_id}) give different {k} figures"
                 for x, y, k in conflicts]
@@ -232,8 +241,12 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     # i. Key terms or the asked-for fact are not in the evidence. Among the current sections strong
     # enough to answer, prefer the one that holds the kind of fact asked for.
-    best = max(cands, key=lambda g: (g.answers, g.has_fact, g.coverage + (g.dense or 0)))
+    # Other sections of the same documents may hold the fact ("how long" lives under its own heading).
+    docs = {g.doc_id for g in cands}
+    pool = cands + [g for g in active if g.doc_id in docs and g.answers and g not in cands]
+    best = max(pool, key=lambda g: (g.answers, g.has_fact, g.coverage + (g.dense or 0)))
     verb = action_verb(q)
+    # the action must be named outright: word similarity confuses opposites (pause ~ continue)
     verb_missing = verb is not None and verb not in best.hit.covered_terms
     if verb_missing:
         signals["action_verb_missing"] = verb

@@ -87,7 +87,8 @@ _FACT_EVIDENCE: dict[FactKind, str] = {
     "duration": r"\b(\d+|one|two|three|four|five|six|seven|ten|fourteen|thirty)\s*(to\s*\d+\s*)?(-\s*\d+\s*)?"
                 r"(business |working |calendar )?(second|minute|hour|day|week|month|year)s?\b|\bimmediately\b|\binstantly\b|\bsame day\b|\bnext (business )?day\b",
     "amount": r"[$€£¥]\s?\d|\b\d+(\.\d+)?\s?(dollars?|cents?|usd|eur|%|percent)\b|\bfree\b|\bno (charge|fee|cost)\b",
-    "date": r"\b(19|20)\d\d-\d\d(-\d\d)?\b|\b(january|february|march|april|may|june|july|august|september|october|november|december)\b|"
+    # a "when" is also answered relative to an event: "21 days after the bill date"
+    "date": r"\b\d+\s*(business |working |calendar )?(day|week|month)s? (after|before|from)\b|\bbill date\b|\b(19|20)\d\d-\d\d(-\d\d)?\b|\b(january|february|march|april|may|june|july|august|september|october|november|december)\b|"
             r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b|\b\d+(st|nd|rd|th)\b|\bday of\b|\bbilling date\b",
     "count": r"\b\d+\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|unlimited)\b",
     "procedure": r"\b(go to|open|select|tap|press|dial|call|visit|log in|sign in|choose|enter|send|text|click|follow|hold|reply|fill|bring|sign|turn|restart|insert|scan)\b",

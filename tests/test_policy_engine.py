@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from policy.compose import sentences
+from policy.extract import sentences
 from policy.decision import Action, Citation, Decision, Reason
 from policy.engine import Engine
 

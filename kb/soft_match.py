@@ -1,0 +1,69 @@
+"""Soft term coverage: does a section say the caller's word in other words?
+
+A caller says "shut", the store page says "close"; "gadgets" vs "devices". Exact-term coverage
+calls those missing and the policy refuses an answerable question. Here each missing query word is
+compared with the section's own words by MiniLM cosine; a close enough pair counts as covered. Word
+vectors are cached per process, so after warm-up a turn embeds only words it has never seen."""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Callable
+
+import numpy as np
+
+from .models import Hit
+from .tokenize import STOPWORDS, content_terms
+
+_WORD = re.compile(r"[a-z][a-z'-]{2,}")
+
+
+def _surface_terms(text: str) -> dict[str, str]:
+    """surface word -> its index term, for the content words of a text."""
+    out: dict[str, str] = {}
+    for w in _WORD.findall(text.lower()):
+        w = w.strip("'-")
+        if w in STOPWORDS or w in out:
+            continue
+        terms = content_terms(w)
+        if len(terms) == 1:
+            out[w] = terms[0]
+    return out
+
+
+class SoftMatcher:
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], threshold: float = 0.57, max_cache: int = 200_000):
+        self._embed = embed
+        self.threshold = threshold
+        self._vecs: dict[str, np.ndarray] = {}
+        self._max = max_cache
+        self._lock = threading.Lock()
+
+    def _vectors(self, words: list[str]) -> np.ndarray:
+        new = [w for w in dict.fromkeys(words) if w not in self._vecs]
+        if new:
+            vecs = self._embed(new)
+            with self._lock:
+                if len(self._vecs) + len(new) > self._max:
+                    self._vecs.clear()
+                self._vecs.update(zip(new, vecs))
+        return np.stack([self._vecs[w] for w in words]) if words else np.zeros((0, 384), np.float32)
+
+    def annotate(self, query: str, hits: list[Hit]) -> None:
+        """Fill `hit.soft_covered` (missing term -> the section word that says it) for each hit."""
+        q_words = {w: t for w, t in _surface_terms(query).items() if any(t in h.missing_terms for h in hits)}
+        if not q_words:
+            return
+        q_list = list(q_words)
+        qv = self._vectors(q_list)
+        for h in hits:
+            sec = _surface_terms(f"{h.title} {h.heading} {h.text}")
+            missing = [w for w in q_list if q_words[w] in h.missing_terms]
+            if not missing or not sec:
+                continue
+            s_list = list(sec)
+            sims = qv[[q_list.index(w) for w in missing]] @ self._vectors(s_list).T
+            for i, w in enumerate(missing):
+                j = int(np.argmax(sims[i]))
+                if sims[i, j] >= self.threshold:
+                    h.soft_covered[q_words[w]] = s_list[j]
