@@ -10,13 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kb.models import RISK_ORDER, EffectiveStatus, RetrievalResult
+from kb.tokenize import content_terms
 
 from .config import PolicyConfig
 from .decision import Action, Reason
 from .evidence import GradedHit, competitors, grade
 from .extract import pick_sentences
 from .numbers import quantities
-from .signals import action_verb, approval_action, disallowed_request, fact_kind, human_requested
+from .signals import GENERIC_VERBS, action_verb, approval_action, yes_no_question, disallowed_request, fact_kind, human_requested
+
+
+_GENERIC_TERMS = frozenset(t for v in GENERIC_VERBS for t in content_terms(v))
 
 
 @dataclass
@@ -250,7 +254,12 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     verb_missing = verb is not None and verb not in best.hit.covered_terms
     if verb_missing:
         signals["action_verb_missing"] = verb
-    if not best.answers or not best.has_fact or verb_missing:
+    # A yes/no question ("does voicemail turn messages into text?") is answered only by a section
+    # that speaks to every part of it; a section about the rest would be a confident non-answer.
+    unsaid = yes_no_question(q) and [t for t in best.missing_terms if t not in _GENERIC_TERMS]
+    if unsaid:
+        signals["yes_no_terms_missing"] = unsaid
+    if not best.answers or not best.has_fact or verb_missing or unsaid:
         reasons = [Reason.required_fact_not_covered]
         if not best.answers:
             reasons.append(Reason.partial_evidence if best.coverage >= cfg.thresholds.min_coverage

@@ -114,7 +114,7 @@ _ACTION_LEAD = re.compile(
     r"\b(?:how (?:do|can|could|would|should) (?:i|we)|can (?:i|we|you)|could (?:i|we|you)|"
     r"(?:i|we) (?:want|need|would like|'d like) to|is it possible to|help me|how to)\s+(?:please\s+)?([a-z]+)")
 # Verbs too general to name what the caller wants done; the object carries the meaning there.
-_GENERIC_VERBS = frozenset("get have make do be use see know find go keep ask tell pay check buy add set "
+GENERIC_VERBS = frozenset("get have make do be use see know find go keep ask tell pay check buy add set "
                            "call talk speak put give take turn switch".split())
 
 
@@ -126,7 +126,14 @@ def action_verb(question: str) -> str | None:
     from kb.tokenize import content_terms
 
     m = _ACTION_LEAD.search(normalize_text(question))
-    if not m or m.group(1) in _GENERIC_VERBS:
+    if not m or m.group(1) in GENERIC_VERBS:
         return None
     terms = content_terms(m.group(1))
     return terms[0] if terms else None
+
+
+def yes_no_question(question: str) -> bool:
+    """'Does / is / can … ?' rather than 'how / what / when …'."""
+    t = normalize_text(question)
+    t = re.sub(r"^((hi|hello|ok|okay|so|um|uh|well|quick question)[,.!]?\s+)+", "", t)
+    return re.match(r"(does|do|is|are|can|could|will|would|has|have|did)\b", t) is not None
