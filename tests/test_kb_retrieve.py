@@ -1,0 +1,393 @@
+"""Hybrid retrieval: ACL isolation, status/date, facets, fusion, cache, fallbacks."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kb import cache as emb_cache
+from kb.embed import EmbeddingUnavailable
+from kb.loader import load_kb
+from kb.models import EffectiveStatus, RetrievalUnavailable
+from kb.retrieve import Retriever, rrf
+
+DAY = dt.date(2026, 6, 1)
+
+DOCS = {
+    "billing/refund-personal.md": """---
+id: refund-personal
+title: Early cancellation refunds for personal annual plans
+version: "2026-02"
+effective_from: 2026-02-01
+supersedes: [refund-old]
+applies_to: {customer_type: personal}
+risk: medium
+handoff_team: billing
+---
+# Who can get a refund
+Personal customers who paid for an annual plan upfront get a refund for the full months left when they cancel.
+
+# When the money arrives
+Refunds reach the original card within 5 to 10 business days. A $30 fee is deducted.
+""",
+    "billing/refund-business.md": """---
+id: refund-business
+title: Ending a business contract early
+applies_to: {customer_type: business}
+---
+# Termination fee
+Business customers who end a contract before the minimum term pay 50% of the remaining monthly charges.
+""",
+    "billing/refund-old.md": """---
+id: refund-old
+title: Refund policy 2025
+version: "2025-01"
+---
+# Refunds
+All cancellations of annual plans were refunded within 14 days with no fee.
+""",
+    "home/router.md": """---
+id: router-reset
+title: Factory reset of the home router
+---
+# Factory reset
+Hold the reset button on the back of the Hub 3 router for 15 seconds until the light turns purple.
+""",
+    "plans/loyalty-draft.md": """---
+id: loyalty-draft
+title: Loyalty rewards programme
+status: draft
+---
+# Points
+Customers will earn loyalty points for every month on an annual plan.
+""",
+    "plans/summer-promo.md": """---
+id: summer-promo
+title: Summer double data promotion
+effective_from: 2026-07-01
+effective_until: 2026-08-31
+---
+# Double data
+Monthly plans get double data allowance during the summer promotion.
+""",
+    "plans/spring-promo.md": """---
+id: spring-promo
+title: Spring roaming promotion
+effective_until: 2026-04-30
+---
+# Free roaming days
+Roaming in Europe was free for three days on monthly plans during spring.
+""",
+}
+
+SECRET = """---
+id: internal-refund-override
+title: Internal refund override codes for annual plan cancellation
+acl: [agent]
+---
+# Override refund on annual plan cancel
+Agents can refund a cancelled annual plan in full with override code ZETA-REFUND-9 at Sentinelworks.
+"""
+
+QUESTION = "Can I get a refund if I cancel my annual plan?"
+
+
+def make_kb(root: Path, with_secret: bool = True) -> Path:
+    for rel, text in DOCS.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    if with_secret:
+        (root / "internal").mkdir(exist_ok=True)
+        (root / "internal" / "override.md").write_text(SECRET, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="module")
+def kb_dirs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("kbs")
+    return make_kb(base / "with"), make_kb(base / "without", with_secret=False)
+
+
+@pytest.fixture(scope="module")
+def lexical(kb_dirs):
+    return Retriever(load_kb(kb_dirs[0]), dense=False)
+
+
+@pytest.fixture(scope="module")
+def dense(kb_dirs, tmp_path_factory):
+    r = Retriever(load_kb(kb_dirs[0]), cache_dir=tmp_path_factory.mktemp("cache"))
+    assert r.dense_available, r.dense_error
+    return r
+
+
+def scores(res):
+    return {h.locator: (h.lexical_score, h.dense_score, h.lexical_rank, h.dense_rank, h.fused_rank) for h in res.hits}
+
+
+# ----------------------------------------------------------------------------- ACL
+
+
+@pytest.mark.unit
+def test_restricted_doc_never_reaches_public_but_is_best_for_agent(lexical):
+    agent = lexical.search(QUESTION, role="agent", on_date=DAY)
+    assert agent.hits[0].doc_id == "internal-refund-override"  # it really is the best match
+    public = lexical.search(QUESTION, role="public", on_date=DAY, k=50)
+    assert "internal-refund-override" not in {h.doc_id for h in public.hits}
+    assert public.visible_sections == agent.visible_sections - 1
+    assert all("override" not in h.text.lower() for h in public.hits)
+
+
+@pytest.mark.unit
+def test_restricted_doc_does_not_change_public_scores(kb_dirs):
+    with_secret = Retriever(load_kb(kb_dirs[0]), dense=False)
+    without = Retriever(load_kb(kb_dirs[1]), dense=False)
+    for q in (QUESTION, "refund override code", "router reset", "annual plan cancel fee"):
+        a = with_secret.search(q, role="public", on_date=DAY, k=50)
+        b = without.search(q, role="public", on_date=DAY, k=50)
+        assert scores(a) == scores(b)
+        assert a.visible_sections == b.visible_sections
+        assert a.query_terms == b.query_terms
+
+
+@pytest.mark.slow
+def test_restricted_doc_does_not_change_public_scores_dense(kb_dirs, dense, tmp_path):
+    without = Retriever(load_kb(kb_dirs[1]), cache_dir=tmp_path)
+    for q in (QUESTION, "override code for refunds"):
+        a = dense.search(q, role="public", on_date=DAY, k=50)
+        b = without.search(q, role="public", on_date=DAY, k=50)
+        assert set(scores(a)) == set(scores(b))
+        for loc, (ls, ds, lr, dr, fr) in scores(a).items():
+            ls2, ds2, lr2, dr2, fr2 = scores(b)[loc]
+            assert (ls, lr, dr, fr) == (ls2, lr2, dr2, fr2)
+            assert ds == pytest.approx(ds2, abs=1e-5)
+
+
+@pytest.mark.unit
+def test_vocabulary_excludes_restricted_words(lexical):
+    public, agent = lexical.vocabulary("public"), lexical.vocabulary("agent")
+    assert "Sentinelworks" in agent and "Sentinelworks" not in public
+    assert not any("override" == w.lower() for w in public)
+    assert "router" in {w.lower() for w in public} and "Hub" in public
+
+
+# ----------------------------------------------------------------------------- status, dates
+
+
+@pytest.mark.unit
+def test_outdated_and_future_material_returned_with_status(lexical):
+    def status_of(q, doc_id, day):
+        res = lexical.search(q, on_date=day, k=50)
+        return next(h.status for h in res.hits if h.doc_id == doc_id)
+
+    assert status_of("loyalty points", "loyalty-draft", DAY) == EffectiveStatus.draft
+    assert status_of("summer double data", "summer-promo", DAY) == EffectiveStatus.draft  # future
+    assert status_of("summer double data", "summer-promo", dt.date(2026, 7, 15)) == EffectiveStatus.active
+    assert status_of("free roaming europe", "spring-promo", DAY) == EffectiveStatus.deprecated  # expired
+    assert status_of("refunded within 14 days", "refund-old", DAY) == EffectiveStatus.deprecated  # superseded
+    assert status_of("refunded within 14 days", "refund-old", dt.date(2026, 1, 10)) == EffectiveStatus.active
+
+
+# ----------------------------------------------------------------------------- facets
+
+
+@pytest.mark.unit
+def test_facets_exclude_other_values_before_ranking(lexical):
+    q = "fee for ending early"
+    none = {h.doc_id for h in lexical.search(q, on_date=DAY, k=50).hits}
+    assert {"refund-personal", "refund-business"} <= none
+    biz = lexical.search(q, facets={"customer_type": "business"}, on_date=DAY, k=50)
+    ids = {h.doc_id for h in biz.hits}
+    assert "refund-business" in ids and "refund-personal" not in ids
+    # ranks are 1..n among what is left: the excluded doc took no rank
+    assert sorted(h.lexical_rank for h in biz.hits if h.lexical_rank) == list(range(1, len([h for h in biz.hits if h.lexical_rank]) + 1))
+    # a facet key a document does not set does not exclude it
+    assert "refund-old" in {h.doc_id for h in lexical.search("refund fee", facets={"customer_type": "business"}, on_date=DAY, k=50).hits}
+    assert "refund-personal" in {h.doc_id for h in lexical.search(q, facets={"customer_type": "Personal"}, on_date=DAY, k=50).hits}
+
+
+# ----------------------------------------------------------------------------- fusion, terms
+
+
+@pytest.mark.unit
+def test_rrf_arithmetic():
+    assert rrf([1, 3], 60) == pytest.approx(1 / 61 + 1 / 63)
+    assert rrf([None, 2], 60) == pytest.approx(1 / 62)
+    assert rrf([None, None]) == 0.0
+    assert rrf([1, 1], 10) == pytest.approx(2 / 11)
+
+
+@pytest.mark.slow
+def test_hits_carry_fused_ranks_and_scores(dense):
+    res = dense.search(QUESTION, on_date=DAY, k=50)
+    assert not res.lexical_only and res.hits
+    prev = None
+    for i, h in enumerate(res.hits, 1):
+        assert h.fused_rank == i
+        assert h.fused_score == pytest.approx(rrf([h.lexical_rank, h.dense_rank], 60))
+        assert h.dense_score is not None and -1.0 <= h.dense_score <= 1.0
+        assert (h.lexical_rank is None) == (h.lexical_score == 0.0)
+        if prev is not None:
+            assert h.fused_score <= prev
+        prev = h.fused_score
+    assert any(h.lexical_rank and h.dense_rank for h in res.hits)
+    top = res.hits[0]
+    assert top.doc_id == "refund-personal" and top.status == EffectiveStatus.active
+    assert top.version == "2026-02" and top.risk == "medium" and top.handoff_team == "billing"
+
+
+@pytest.mark.slow
+def test_rrf_k_is_configurable(kb_dirs, dense):
+    r = Retriever(load_kb(kb_dirs[0]), cache_dir=dense.cache_dir, rrf_k=5)
+    h = r.search(QUESTION, on_date=DAY).hits[0]
+    assert h.fused_score == pytest.approx(rrf([h.lexical_rank, h.dense_rank], 5))
+
+
+@pytest.mark.unit
+def test_covered_and_missing_terms(lexical):
+    res = lexical.search("refund within 10 business days for my router", on_date=DAY, k=50)
+    assert res.query_terms == ["refund", "within", "10", "business", "day", "router"]
+    money = next(h for h in res.hits if h.locator == "refund-personal#when-the-money-arrives")
+    assert {"refund", "10", "day"} <= set(money.covered_terms)
+    assert "router" in money.missing_terms
+    assert set(money.covered_terms) | set(money.missing_terms) == set(res.query_terms)
+    # a term found only in the document title counts as covered
+    who = lexical.search("personal annual refund cancellation", on_date=DAY, k=50)
+    h = next(h for h in who.hits if h.locator == "refund-personal#when-the-money-arrives")
+    assert "personal" in h.covered_terms and "annual" in h.covered_terms
+
+
+@pytest.mark.unit
+def test_nothing_relevant_is_an_empty_list(lexical):
+    res = lexical.search("xylophone zebra quantum", on_date=DAY)
+    assert res.hits == [] and res.visible_sections > 0
+    assert lexical.search("", on_date=DAY).hits == []
+
+
+# ----------------------------------------------------------------------------- failures
+
+
+@pytest.mark.unit
+def test_retrieval_unavailable_fault_and_broken_index(kb_dirs):
+    r = Retriever(load_kb(kb_dirs[0]), dense=False)
+    with pytest.raises(RetrievalUnavailable, match="fault"):
+        r.search(QUESTION, faults=["retrieval_unavailable"])
+    r.search(QUESTION)  # builds the public view
+    view = next(iter(r._views.values()))
+    view.sections = view.sections[:-1]  # simulate a corrupted index
+    with pytest.raises(RetrievalUnavailable, match="index corrupt"):
+        r.search(QUESTION)
+    with pytest.raises(RetrievalUnavailable, match="not loaded"):
+        Retriever(None)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_embedding_fault_gives_lexical_only(dense):
+    res = dense.search(QUESTION, on_date=DAY, faults=["embedding_unavailable"])
+    assert res.lexical_only and "lexical-only" in res.degraded_reason
+    assert res.hits and all(h.dense_score is None and h.dense_rank is None for h in res.hits)
+    assert res.hits[0].doc_id in {"refund-personal", "refund-old"}
+    normal = dense.search(QUESTION, on_date=DAY)
+    assert not normal.lexical_only and normal.degraded_reason is None
+
+
+@pytest.mark.unit
+def test_dense_model_failing_to_load_falls_back(kb_dirs, monkeypatch, tmp_path):
+    import kb.retrieve as retrieve
+
+    def broken():
+        raise EmbeddingUnavailable("MiniLM failed to load: simulated")
+
+    monkeypatch.setattr(retrieve, "load_embedder", broken)
+    r = Retriever(load_kb(kb_dirs[0]), cache_dir=tmp_path)
+    assert not r.dense_available and "simulated" in r.dense_error
+    res = r.search(QUESTION, on_date=DAY)
+    assert res.lexical_only and "simulated" in res.degraded_reason
+    assert res.hits[0].doc_id == "refund-personal" and res.hits[0].dense_score is None
+    with pytest.raises(EmbeddingUnavailable):
+        r.embed(["hello"])
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+@pytest.mark.slow
+def test_cache_reused_on_second_start_and_corruption_rebuilt(kb_dirs, tmp_path, monkeypatch):
+    from kb.embed import Embedder
+
+    kb = load_kb(kb_dirs[0])
+    first = Retriever(kb, cache_dir=tmp_path)
+    assert first.cache_status == "miss" and first.dense_available
+    (npy,) = list((tmp_path / "embeddings").glob("*.npy"))
+    assert npy.name.startswith(kb.kb_version)
+    expected = first.search(QUESTION, on_date=DAY)
+
+    real_embed = Embedder.embed
+    calls: list[int] = []
+
+    def counting(self, texts, progress=None):
+        calls.append(len(texts))
+        return real_embed(self, texts, progress)
+
+    monkeypatch.setattr(Embedder, "embed", counting)
+    second = Retriever(kb, cache_dir=tmp_path)
+    assert second.cache_status == "hit" and calls == []  # no section was re-embedded
+    assert scores(second.search(QUESTION, on_date=DAY)) == scores(expected)
+    assert calls == [1]  # only the query
+
+    # flip bytes inside the array: checksum catches it, sections are re-embedded
+    raw = bytearray(npy.read_bytes())
+    raw[-8:] = b"\x00\x00\xc0\x7f" * 2
+    npy.write_bytes(bytes(raw))
+    calls.clear()
+    third = Retriever(kb, cache_dir=tmp_path)
+    assert third.cache_status == "rebuilt" and calls == [len(kb.sections)]
+    assert scores(third.search(QUESTION, on_date=DAY)).keys() == scores(expected).keys()
+
+    # a manifest that lies about the shape is not trusted either
+    man = npy.with_suffix(".json")
+    m = json.loads(man.read_text())
+    m["dim"] = 12
+    man.write_text(json.dumps(m))
+    arr, why = emb_cache.load_embeddings(tmp_path, kb.kb_version, third._embedder.model_id,
+                                         [f"x{i}" for i in range(len(kb.sections))])
+    assert arr is None and why.startswith(("corrupt", "stale"))
+
+
+@pytest.mark.unit
+def test_cache_roundtrip_and_checks(tmp_path):
+    texts = ["a", "b", "c"]
+    arr = np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32)
+    emb_cache.save_embeddings(tmp_path, "kb-abc", "model", texts, arr)
+    got, why = emb_cache.load_embeddings(tmp_path, "kb-abc", "model", texts)
+    assert why == "hit" and np.array_equal(got, arr)
+    assert emb_cache.load_embeddings(tmp_path, "kb-abc", "model", ["a", "b", "d"])[1].startswith("stale")
+    assert emb_cache.load_embeddings(tmp_path, "kb-other", "model", texts)[1] == "miss"
+    npy, _ = emb_cache.cache_paths(tmp_path, "kb-abc", "model")
+    npy.write_bytes(npy.read_bytes()[:-10])  # truncated
+    assert emb_cache.load_embeddings(tmp_path, "kb-abc", "model", texts)[0] is None
+
+
+@pytest.mark.unit
+def test_cache_root_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("VOICE_AGENT_CACHE", str(tmp_path))
+    assert emb_cache.cache_root() == tmp_path
+    monkeypatch.delenv("VOICE_AGENT_CACHE")
+    assert emb_cache.cache_root() == Path.home() / ".cache" / "voice_agent"
+
+
+@pytest.mark.unit
+def test_single_section_and_chinese_kb(tmp_path):
+    # one section: every term's BM25 IDF is negative (floored); it must still be found
+    (tmp_path / "zh.md").write_text(
+        "---\nid: zh-refund\ntitle: 退款政策\n---\n# 年度套餐退款\n取消年度套餐后，退款将在5到10个工作日内退回原支付方式。\n",
+        encoding="utf-8",
+    )
+    r = Retriever(load_kb(tmp_path), dense=False)
+    res = r.search("我想取消套餐，退款多久到账？")
+    assert [h.locator for h in res.hits] == ["zh-refund#年度套餐退款"]
+    assert {"取消", "套餐", "退款"} <= set(res.hits[0].covered_terms)
+    assert r.search("router").hits == []
