@@ -26,6 +26,7 @@ from .extract import sentences
 from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
+from .normalize import normalize_transcript
 from .signals import facet_vocabulary, normalize_text, stated_facets
 from .store import JsonlStore
 
@@ -45,7 +46,8 @@ class TurnOutcome(BaseModel):
     model_config = {"arbitrary_types_allowed": True}
 
     decision: Decision
-    question: str  # what the caller said this turn
+    question: str  # what the caller said this turn (the transcript, as recognised)
+    said: str = ""  # the same after normalization (fillers dropped, mishearings repaired)
     normalized_question: str  # the question the policy decided on (a clarify's answer merged in)
     audit_id: str
     timings_ms: dict[str, float] = Field(default_factory=dict)
@@ -65,6 +67,7 @@ class Engine:
         self.audit = JsonlStore(self.state_dir / "audit.jsonl")
         self._facets_by_role: dict[str, dict[str, set[str]]] = {}
         self._soft: SoftMatcher | None = None
+        self._vocab: dict[str, list[str]] = {}
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -93,7 +96,10 @@ class Engine:
         return other
 
     def vocabulary(self, role: str = "public") -> list[str]:
-        return self.retriever.vocabulary(role)
+        """KB terms this role may see: ASR biasing and repair of misheard words."""
+        if role not in self._vocab:
+            self._vocab[role] = self.retriever.vocabulary(role)
+        return self._vocab[role]
 
     def kb_facets(self, role: str) -> dict[str, set[str]]:
         """Facet values in the documents this role may see (restricted docs reveal nothing)."""
@@ -153,7 +159,10 @@ class Session:
         self.turns += 1
         self.transcript.append(f"caller: {text}")
         low_conf = bool(asr and asr.low_confidence) or not text.strip()
-        question = text if low_conf else self._effective_question(text)
+        # Spoken and typed turns alike: fillers, spoken numbers, words misheard or mistyped for KB terms.
+        norm = None if low_conf else normalize_transcript(text, eng.vocabulary(self.role))
+        said = norm.text if norm else text
+        question = said if low_conf else self._effective_question(said)
         normalized = normalize_text(question)
         timings["normalize"] = (time.perf_counter() - t0) * 1000
 
@@ -213,9 +222,11 @@ class Session:
         self.transcript.append(f"agent: {decision.message}")
         timings["total_policy_path"] = (time.perf_counter() - t0) * 1000
 
-        eng.audit.append(self._audit_record(audit_id, text, normalized, asr, faults, result, error,
-                                            outcome, decision, rc, timings))
-        return TurnOutcome(decision=decision, question=text, normalized_question=normalized,
+        record = self._audit_record(audit_id, text, normalized, asr, faults, result, error, outcome, decision,
+                                    rc, timings)
+        record["normalization"] = norm.changes if norm else []
+        eng.audit.append(record)
+        return TurnOutcome(decision=decision, question=text, said=said, normalized_question=normalized,
                            audit_id=audit_id, timings_ms=timings, retrieval=result,
                            gate=outcome.gate if outcome else self.policy)
 
@@ -228,6 +239,21 @@ class Session:
                                       "session": self.session_id, "problems": res.problems,
                                       "ts": dt.datetime.now(dt.timezone.utc).isoformat()})
         return checked
+
+    def degrade_to_transfer(self, decision: Decision, reason: Reason, message: str, question: str) -> Decision:
+        """When the turn cannot be spoken as decided (the TTS worker died): hand the caller over,
+        with the package stored first. A transfer that already has its package is kept."""
+        if decision.action == Action.transfer and decision.handoff is not None:
+            return decision.model_copy(update={"message": message})
+        d = Decision(action=Action.transfer, message=message, reasons=[reason],
+                     evidence_status=decision.evidence_status, risk_level=decision.risk_level,
+                     policy_version=decision.policy_version or self.engine.policy_version,
+                     kb_version=self.engine.kb_version)
+        d = self._with_handoff(d, None, question, normalize_text(question))
+        self.engine.audit.append({"kind": "degraded_to_transfer", "session": self.session_id, "reason": reason.value,
+                                  "from_action": decision.action.value, "handoff": d.handoff.id if d.handoff else None,
+                                  "ts": dt.datetime.now(dt.timezone.utc).isoformat()})
+        return d
 
     def record_timings(self, audit_id: str, timings: dict[str, float]) -> None:
         """Late stage timings (ASR, TTS first audio) appended to the turn's audit trail."""

@@ -170,5 +170,6 @@ def test_eval_audio_dir_through_real_voice_path(tmp_path):
     assert m["audio_cases"] == 1 and m["cases"] == 2
     lines = {x["id"]: x for x in map(json.loads, out.read_text().splitlines())}
     assert lines["vm1"]["mode"] == "audio" and lines["txt1"]["mode"] == "text"
-    assert "voicemail" in lines["vm1"]["transcripts"][0].lower()
+    # the raw transcript ("voice mail"); the engine repairs it to the KB term before retrieval
+    assert "voicemail" in lines["vm1"]["transcripts"][0].lower().replace(" ", "")
     assert lines["vm1"]["ok"], lines["vm1"]["failures"]

@@ -1,0 +1,1 @@
+"""Everything that touches audio or connections: codecs, VAD, ASR, TTS, calls, server."""

@@ -1,0 +1,212 @@
+"""`run.py bench voice`: latency from the end of caller speech to the first reply audio byte.
+
+Replays recorded calls at real-time pace (20 ms chunks with real sleeps, then the caller's
+silence), through the same `CallSession` the server uses, and reports p50/p95 per stage and
+in total, the ASR real-time factor, peak memory and the cores used.
+
+"End of caller speech" is measured on the recording itself (the last 10 ms block of a turn
+louder than both the turn's peak − 30 dB and the noise floor + 6 dB), so the endpointing wait
+(`end_silence_ms`) counts against the total, as a caller experiences it.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SR = 16000
+CHUNK = SR // 50  # 20 ms
+STAGES = ["endpoint", "asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "total"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run.py bench voice", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kb", default="fixtures/kb", help="knowledge base (default: fixtures/kb)")
+    p.add_argument("--calls", default=None,
+                   help="folder of call recordings (default: fixtures/audio/calls, else fixtures/audio)")
+    p.add_argument("--limit", type=int, default=12, help="at most this many recordings (default 12; 0 = all)")
+    p.add_argument("--asr-model", default="tiny.en")
+    p.add_argument("--end-silence-ms", type=int, default=500)
+    p.add_argument("--no-speculative", action="store_true", help="transcribe only after the turn has ended")
+    p.add_argument("--state-dir", default=None, help="audit/handoff folder (default: a temporary one)")
+    p.add_argument("--json", action="store_true", help="end with one JSON line of the results")
+    return p
+
+
+def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
+    """Seconds where each caller turn's speech ends in a 16 kHz recording."""
+    from .vad import StreamingVad
+
+    vad = StreamingVad(end_silence_ms=end_silence_ms, pause_ms=None)
+    ends: list[float] = []
+    evs = vad.feed(pcm) + vad.feed(np.zeros(SR, np.float32)) + vad.flush()
+    for e in evs:
+        if e.type != "turn_end" or e.audio is None:
+            continue
+        start = e.time_s - len(e.audio) / SR
+        a = e.audio
+        blocks = np.sqrt(np.mean(a[: len(a) // 160 * 160].reshape(-1, 160).astype(np.float64) ** 2, axis=1) + 1e-12)
+        db = 20 * np.log10(blocks)
+        floor = np.percentile(db, 10)
+        loud = np.flatnonzero(db > max(db.max() - 30, floor + 6))
+        ends.append(start + (loud[-1] + 1) * 0.01 if len(loud) else e.time_s)
+    return ends
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) -> list[dict[str, float]]:
+    from .audio import float_to_pcm16
+
+    call = runtime.new_call(config=config)
+    first_audio: list[float] = []  # wall time of each reply's first audio byte
+    done = asyncio.Event()
+    replies_open: set[str] = set()
+    seen_ids: set[str] = set()
+
+    async def consume() -> None:
+        async for ev in call.events():
+            if ev.type == "audio_chunk" and ev.id not in seen_ids:
+                seen_ids.add(ev.id)
+                first_audio.append(time.perf_counter())
+            if ev.type == "audio_start":
+                replies_open.add(ev.id)
+            elif ev.type in ("audio_end",):
+                replies_open.discard(ev.id)
+            done.set()
+
+    task = asyncio.create_task(consume())
+    tail = np.zeros(int(1.5 * SR), np.float32)  # the caller waits for the answer
+    data = float_to_pcm16(np.concatenate([pcm, tail]))
+    t0 = time.perf_counter()
+    n = len(data) // 2
+    for i in range(0, n, CHUNK):
+        await call.feed_audio(data[2 * i : 2 * (i + CHUNK)])
+        # Real-time pace, against the clock (not cumulative sleeps) so drift does not build up.
+        delay = t0 + (i + CHUNK) / SR - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+    await call.end_of_input()
+    deadline = time.perf_counter() + 30
+    while replies_open and time.perf_counter() < deadline:
+        done.clear()
+        try:
+            await asyncio.wait_for(done.wait(), 1.0)
+        except asyncio.TimeoutError:
+            pass
+    await call.close()
+    await task
+    rows = []
+    for k, t in enumerate(call.timings):
+        if k >= len(ends) or k >= len(first_audio):
+            break
+        spoken_end_wall = t0 + ends[k]
+        total = (first_audio[k] - spoken_end_wall) * 1000
+        row = {"total": total, "endpoint": total - t.get("turn_end_to_first_audio", float("nan"))}
+        for s in ("asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "asr_rtf", "asr_speculative"):
+            if s in t:
+                row[s] = t[s]
+        rows.append(row)
+    return rows
+
+
+def _peak_rss_mb(runtime: Any) -> float:
+    import resource
+
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    pid = getattr(runtime.tts, "pid", None) if runtime.tts is not None else None
+    if pid:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    mine += int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return mine
+
+
+def cli(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from .audio import AudioError, read_wav, resample
+
+    kb = Path(args.kb)
+    if not kb.is_dir():
+        print(f"error: {kb}: knowledge base directory not found", file=sys.stderr)
+        return 2
+    folder = Path(args.calls) if args.calls else (
+        Path("fixtures/audio/calls") if Path("fixtures/audio/calls").is_dir() else Path("fixtures/audio"))
+    files = sorted(folder.glob("*.wav")) if folder.is_dir() else []
+    if not files:
+        print(f"error: {folder}: no .wav recordings found", file=sys.stderr)
+        return 2
+    if args.limit and len(files) > args.limit:
+        idx = np.linspace(0, len(files) - 1, args.limit).round().astype(int)  # spread over the buckets
+        files = [files[i] for i in sorted(set(idx))]
+    recordings = []
+    for f in files:
+        try:
+            x, sr = read_wav(f)
+        except AudioError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        x = resample(x, sr, SR)
+        recordings.append((f, x, speech_ends(x, args.end_silence_ms)))
+
+    import tempfile
+
+    from .call import CallConfig, VoiceRuntime
+
+    state = args.state_dir or tempfile.mkdtemp(prefix="bench-voice-")
+    t = time.perf_counter()
+    try:
+        runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=state)
+    except Exception as e:  # noqa: BLE001
+        print(f"error: cannot start the voice path: {e}", file=sys.stderr)
+        return 2
+    load_s = time.perf_counter() - t
+    config = CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
+                        speculative_asr=not args.no_speculative)
+    rows: list[dict[str, float]] = []
+    try:
+        for f, x, ends in recordings:
+            r = asyncio.run(_one(runtime, x, ends, config))
+            rows.extend(r)
+            if not args.json:
+                print(f"{f.name}: " + ", ".join(f"{row['total']:.0f} ms" for row in r), flush=True)
+        rss = _peak_rss_mb(runtime)
+    finally:
+        runtime.close()
+    if not rows:
+        print("error: no turn produced reply audio", file=sys.stderr)
+        return 1
+    stages = {s: {"p50": round(_pct([r[s] for r in rows if s in r], 50), 1),
+                  "p95": round(_pct([r[s] for r in rows if s in r], 95), 1)} for s in STAGES}
+    rtf = float(np.mean([r["asr_rtf"] for r in rows if "asr_rtf" in r]))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    spec = float(np.mean([r.get("asr_speculative", 0.0) for r in rows]))
+    result = {"p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
+              "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
+              "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(spec, 2),
+              "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
+    if not args.json:
+        print(f"\n{len(rows)} turns from {len(recordings)} recordings, ASR {args.asr_model}, {cores} cores")
+        print(f"{'stage':<16}{'p50 ms':>10}{'p95 ms':>10}")
+        for s in STAGES:
+            print(f"{s:<16}{stages[s]['p50']:>10.0f}{stages[s]['p95']:>10.0f}")
+        print(f"ASR real-time factor {rtf:.3f}; speculative ASR used on {spec:.0%} of turns; "
+              f"peak RSS {rss:.0f} MB (incl. TTS worker); load {load_s:.1f} s")
+        print("end of speech -> first reply audio: p50 {p50_ms:.0f} ms, p95 {p95_ms:.0f} ms (goal 600 / 900)"
+              .format(**result))
+    else:
+        print(json.dumps(result))
+    return 0

@@ -1,0 +1,481 @@
+"""The voice pipeline of one call, over the policy engine.
+
+    audio in → resample to 16 kHz → VAD endpointing → ASR → normalize → engine turn
+             → pre-TTS recheck → TTS sentence by sentence → resample/encode → audio out
+
+`VoiceRuntime` holds what every call shares (engine, warm ASR model, TTS worker);
+`CallSession` is one conversation: asyncio on the outside, CPU work in threads. Events come
+out of `events()` in order; the server, replay, mic and bench all consume the same stream.
+
+Latency: when the caller has been quiet for `pause_ms` (300 ms) we already transcribe the turn
+so far; when the turn really ends (`end_silence_ms`, 500 ms) that transcript is usually ready.
+Barge-in: while a reply plays, the microphone goes to a `BargeInDetector` that cancels the
+reply's echo; when the caller talks over the reply we stop its audio, emit `ClearEvent`, and the
+caller's speech (from just before its onset) becomes the next turn.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from policy.decision import Action, Decision, Handoff, Reason
+
+from .audio import Resampler, float_to_pcm16, mulaw_encode, pcm16_to_float
+
+LOG = logging.getLogger(__name__)
+SR = 16000
+CHUNK_S = 0.2  # reply audio is sent in pieces of this length, so a barge-in stops it quickly
+TTS_FAILED_MESSAGE = ("I'm having trouble with my voice system. I'm transferring you to our {team} team now. "
+                      "I'm passing along your question, so you won't need to repeat yourself.")
+
+
+class CallConfig(BaseModel):
+    end_silence_ms: int = 500
+    max_turn_s: float = 30.0
+    asr_model: str = "tiny.en"
+    input_rate: int = 16000
+    output_rate: int = 16000
+    output_encoding: Literal["pcm16", "mulaw"] = "pcm16"
+    barge_in: bool = True
+    speculative_asr: bool = True  # transcribe at the first pause, before the turn ends
+    pause_ms: int = 300
+    vad_threshold: float = 0.5
+    min_speech_ms: int = 200
+    pre_roll_ms: int = 200
+
+
+# ---------------------------------------------------------------------------------- events
+
+
+class TranscriptEvent(BaseModel):
+    type: Literal["transcript"] = "transcript"
+    text: str
+    final: bool = True
+    raw_text: str = ""  # what ASR heard, before normalization
+    low_confidence: bool = False
+
+
+class DecisionEvent(BaseModel):
+    type: Literal["decision"] = "decision"
+    decision: Decision
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class AudioStart(BaseModel):
+    type: Literal["audio_start"] = "audio_start"
+    id: str
+    sample_rate: int
+    encoding: Literal["pcm16", "mulaw"] = "pcm16"
+
+
+class AudioChunk(BaseModel):
+    type: Literal["audio_chunk"] = "audio_chunk"
+    id: str
+    data: bytes
+
+
+class AudioEnd(BaseModel):
+    type: Literal["audio_end"] = "audio_end"
+    id: str
+
+
+class ClearEvent(BaseModel):
+    type: Literal["clear"] = "clear"
+    id: str | None = None  # the reply that was cut off
+
+
+class TransferEvent(BaseModel):
+    type: Literal["transfer"] = "transfer"
+    handoff: Handoff
+
+
+class ErrorEvent(BaseModel):
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+CallEvent = Union[TranscriptEvent, DecisionEvent, AudioStart, AudioChunk, AudioEnd, ClearEvent, TransferEvent,
+                  ErrorEvent]
+
+
+# --------------------------------------------------------------------------------- runtime
+
+
+class VoiceRuntime:
+    """Process-wide warm models, shared by all calls."""
+
+    def __init__(self, engine: Any, transcriber: Any, tts: Any | None, asr_model: str = "tiny.en"):
+        self.engine = engine
+        self.transcriber = transcriber
+        self.tts = tts
+        self.asr_model = asr_model
+        self._prompts: dict[str, str | None] = {}
+
+    @classmethod
+    def load(cls, kb_dir: str | Path, *, asr_model: str = "tiny.en", state_dir: str | Path = "var",
+             policy_file: str | Path | None = None, tts: bool = True) -> "VoiceRuntime":
+        from policy.engine import Engine
+
+        from .asr import Transcriber
+
+        engine = Engine.load(kb_dir, policy_file=policy_file, state_dir=state_dir)
+        transcriber = Transcriber(asr_model, vocabulary=engine.vocabulary("public"))
+        client = None
+        if tts:
+            from .tts import TtsClient
+
+            client = TtsClient()
+            threading.Thread(target=_start_quietly, args=(client,), daemon=True).start()  # loads in parallel
+        transcriber.warmup()
+        if client is not None:
+            client.start()
+        return cls(engine, transcriber, client, asr_model)
+
+    def vocabulary(self, role: str) -> list[str]:
+        return self.engine.vocabulary(role)  # cached per role by the engine
+
+    def asr_prompt(self, role: str) -> str | None:
+        """ASR bias per role: a caller never gets a restricted document's words in the prompt."""
+        if getattr(self.transcriber, "bias", "prompt") != "prompt":
+            return None
+        if role not in self._prompts:
+            from .asr import build_prompt
+
+            self._prompts[role] = build_prompt(self.vocabulary(role))
+        return self._prompts[role]
+
+    def new_call(self, *, role: str = "public", facets: dict[str, str] | None = None,
+                 config: CallConfig | None = None) -> "CallSession":
+        return CallSession(self, role=role, facets=facets, config=config or CallConfig(asr_model=self.asr_model))
+
+    def close(self) -> None:
+        if self.tts is not None:
+            self.tts.close()
+
+
+def _start_quietly(client: Any) -> None:
+    try:
+        client.start()
+    except Exception:  # noqa: BLE001 - retried (and reported) by the synchronous start
+        pass
+
+
+# ----------------------------------------------------------------------------------- turns
+
+
+class _Turn(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    audio: np.ndarray | None = None
+    text: str | None = None  # typed turn
+    ended_at: float = 0.0  # monotonic time the turn ended (VAD turn_end / text received)
+    speculative: Any = None  # asyncio.Task with an AsrResult for the same audio, if any
+    reason: str = ""
+
+
+_DONE = object()
+
+
+class CallSession:
+    def __init__(self, runtime: VoiceRuntime, *, role: str = "public", facets: dict[str, str] | None = None,
+                 config: CallConfig | None = None):
+        from .bargein import BargeInDetector
+        from .vad import StreamingVad
+
+        self.runtime = runtime
+        self.config = config or CallConfig()
+        self.role = role
+        self.session = runtime.engine.session(role=role, facets=dict(facets or {}))
+        self.id = self.session.session_id
+        c = self.config
+        self._vad = StreamingVad(end_silence_ms=c.end_silence_ms, max_turn_s=c.max_turn_s, threshold=c.vad_threshold,
+                                 min_speech_ms=c.min_speech_ms, pre_roll_ms=c.pre_roll_ms,
+                                 pause_ms=c.pause_ms if c.speculative_asr else None)
+        self._barge = BargeInDetector(threshold=c.vad_threshold) if c.barge_in else None
+        self._in_rs = Resampler(c.input_rate, SR)
+        self._events: asyncio.Queue[Any] = asyncio.Queue()
+        self._turns: asyncio.Queue[Any] = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self._speculative: tuple[int, asyncio.Task] | None = None  # (turn number, task)
+        self._turn_no = 0
+        self._playing_id: str | None = None
+        self._cancel_reply = threading.Event()
+        self._held = np.zeros(0, dtype=np.float32)  # mic audio kept while a reply plays
+        self._closed = False
+        self.timings: list[dict[str, float]] = []  # per turn, for benchmarks
+
+    # -- public API --------------------------------------------------------------------------
+    def events(self) -> AsyncIterator[CallEvent]:
+        return self._iter_events()
+
+    async def _iter_events(self) -> AsyncIterator[CallEvent]:
+        while True:
+            ev = await self._events.get()
+            if ev is _DONE:
+                return
+            yield ev
+
+    async def feed_audio(self, pcm16: bytes) -> None:
+        """Caller audio: PCM16 little-endian mono at `config.input_rate`."""
+        if self._closed:
+            return
+        x = self._in_rs.process(pcm16_to_float(pcm16))
+        self._route(x)
+
+    async def text_turn(self, text: str) -> None:
+        """A typed turn: skips ASR, otherwise the same path (policy, recheck, TTS)."""
+        self._ensure_worker()
+        await self._turns.put(_Turn(text=text, ended_at=time.monotonic()))
+
+    async def end_of_input(self) -> None:
+        """No more caller audio: close the last turn and wait until every turn is answered."""
+        if self._closed:
+            return
+        tail = self._in_rs.flush()
+        self._in_rs = Resampler(self.config.input_rate, SR)
+        self._held = np.zeros(0, np.float32)  # held while a reply played: its echo, not a turn
+        self._handle_vad(self._vad.feed(tail) + self._vad.flush())
+        self._ensure_worker()
+        await self._turns.join()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._cancel_reply.set()
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing anyway
+                pass
+        if self._speculative is not None:
+            self._speculative[1].cancel()
+        await self._events.put(_DONE)
+
+    # -- audio routing -----------------------------------------------------------------------
+    def _route(self, x: np.ndarray) -> None:
+        b = self._barge
+        if b is not None and self._playing_id is not None:
+            hit = b.feed(x)
+            self._held = np.concatenate([self._held, x])[-SR * 2 :]
+            if hit is not None:
+                self._barge_in(hit.onset_s)
+                return
+            if b.playing():
+                return  # the microphone hears our own reply: not a caller turn
+            self._playing_id = None  # the reply finished playing; held audio was its echo
+            self._held = np.zeros(0, np.float32)
+            self._handle_vad(self._vad.feed(x))
+            return
+        if b is not None:
+            b.feed(x)  # keep its VAD state and clock in step with the microphone
+        self._handle_vad(self._vad.feed(x))
+
+    def _barge_in(self, onset_s: float) -> None:
+        assert self._barge is not None
+        reply = self._playing_id
+        self._cancel_reply.set()
+        self._playing_id = None
+        self._emit(ClearEvent(id=reply))
+        # Replay the caller's words from just before they started into the endpointer.
+        mic_now = self._barge._mic_pos / SR
+        back = int((mic_now - onset_s + self.config.pre_roll_ms / 1000 + 0.1) * SR)
+        held = self._held[-back:] if back > 0 else self._held
+        self._held = np.zeros(0, np.float32)
+        self._barge.reset()
+        self._handle_vad(self._vad.feed(held))
+
+    def _handle_vad(self, events: list[Any]) -> None:
+        for e in events:
+            if e.type == "speech_start":
+                self._turn_no += 1
+            elif e.type == "pause" and self.config.speculative_asr and e.audio is not None:
+                if self._speculative is not None:
+                    self._speculative[1].cancel()
+                self._speculative = (self._turn_no, asyncio.ensure_future(self._transcribe(e.audio)))
+            elif e.type == "turn_end" and e.audio is not None:
+                spec = None
+                pause_s = self.config.pause_ms / 1000
+                if (self._speculative is not None and self._speculative[0] == self._turn_no
+                        and e.reason in ("silence", "flush") and e.trailing_silence_s >= pause_s - 1e-6):
+                    spec = self._speculative[1]
+                self._speculative = None
+                self._ensure_worker()
+                self._turns.put_nowait(_Turn(audio=e.audio, ended_at=time.monotonic(), speculative=spec,
+                                             reason=e.reason or ""))
+
+    # -- the turn worker ---------------------------------------------------------------------
+    def _ensure_worker(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.ensure_future(self._work())
+
+    async def _work(self) -> None:
+        while True:
+            turn = await self._turns.get()
+            try:
+                await self._run_turn(turn)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one bad turn must not end the call
+                LOG.exception("turn failed (call %s)", self.id)
+                self._emit(ErrorEvent(code="turn_failed", message=f"{type(e).__name__}: {e}"))
+            finally:
+                self._turns.task_done()
+
+    async def _transcribe(self, audio: np.ndarray) -> Any:
+        rt = self.runtime
+        return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "")
+
+    async def _run_turn(self, turn: _Turn) -> None:
+        from policy.engine import AsrSignal
+
+        timings: dict[str, float] = {}
+        asr_signal = None
+        if turn.text is not None:
+            text = turn.text
+        else:
+            spec_hit = 0.0
+            res = None
+            if turn.speculative is not None:
+                try:
+                    res = await turn.speculative
+                    spec_hit = 1.0
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - redo it below
+                    res = None
+            if res is None:
+                res = await self._transcribe(turn.audio)
+            timings["asr"] = res.elapsed_ms
+            timings["asr_wait"] = (time.monotonic() - turn.ended_at) * 1000  # turn end → transcript
+            timings["asr_speculative"] = spec_hit
+            timings["asr_rtf"] = res.elapsed_ms / 1000 / max(res.duration_s, 1e-6)
+            raw = text = res.text  # the engine normalizes it, as it does typed turns
+            asr_signal = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob,
+                                   low_confidence=res.low_confidence, raw_text=raw)
+            self._emit(TranscriptEvent(text=text, final=True, raw_text=raw, low_confidence=res.low_confidence))
+
+        out = await asyncio.to_thread(self.session.turn, text, asr=asr_signal, timings_ms=timings)
+        decision = await asyncio.to_thread(self.session.recheck_before_speech, out.decision, out.audit_id)
+        timings.update(out.timings_ms)
+        timings["turn_end_to_decision"] = (time.monotonic() - turn.ended_at) * 1000
+        self._emit(DecisionEvent(decision=decision, timings_ms=dict(timings)))
+
+        first_audio_at = await self._speak_decision(decision, out.normalized_question or text)
+        if first_audio_at is not None:
+            timings["tts_first_audio"] = (first_audio_at - turn.ended_at) * 1000 - timings["turn_end_to_decision"]
+            timings["turn_end_to_first_audio"] = (first_audio_at - turn.ended_at) * 1000
+        self.timings.append(timings)
+        late = {k: v for k, v in timings.items() if k.startswith(("asr", "tts", "turn_end"))}
+        try:
+            await asyncio.to_thread(self.session.record_timings, out.audit_id, late)
+        except Exception:  # noqa: BLE001 - timings are nice to have
+            LOG.warning("could not record timings for %s", out.audit_id)
+
+    async def _speak_decision(self, decision: Decision, question: str) -> float | None:
+        """Speak the decision; a transfer's package follows its spoken message. If TTS is down,
+        degrade to a spoken (or at least signalled) transfer: never dead air."""
+        from .tts import TtsUnavailable
+
+        try:
+            first = await self._speak(decision.message)
+        except TtsUnavailable as e:
+            LOG.warning("TTS unavailable (call %s): %s", self.id, e)
+            decision = self._tts_transfer(decision, question)
+            self._emit(DecisionEvent(decision=decision))
+            try:
+                first = await self._speak(decision.message)
+            except TtsUnavailable as e2:
+                self._emit(ErrorEvent(code="tts_unavailable", message=f"text to speech failed twice: {e2}"))
+                first = None
+        if decision.action == Action.transfer and decision.handoff is not None:
+            self._emit(TransferEvent(handoff=decision.handoff))
+        return first
+
+    def _tts_transfer(self, decision: Decision, question: str) -> Decision:
+        team = (decision.handoff.team if decision.handoff else None) or self.session.engine.config.default_team
+        message = TTS_FAILED_MESSAGE.format(team=team.replace("_", " "))
+        return self.session.degrade_to_transfer(decision, Reason.tts_unavailable, message, question)
+
+    async def _speak(self, text: str) -> float | None:
+        """Render `text` and emit it; returns the monotonic time of the first audio chunk."""
+        tts = self.runtime.tts
+        if tts is None or not text.strip():
+            return None
+        c = self.config
+        reply_id = uuid.uuid4().hex[:12]
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[Any] = asyncio.Queue()
+        self._cancel_reply.clear()
+        cancel = self._cancel_reply
+
+        def render() -> None:
+            gen: Iterator[Any] = iter(tts.synthesize(text))
+            try:
+                for chunk in gen:
+                    if cancel.is_set():
+                        break
+                    loop.call_soon_threadsafe(q.put_nowait, chunk)
+            except BaseException as e:  # noqa: BLE001 - handed to the event loop
+                loop.call_soon_threadsafe(q.put_nowait, e)
+            finally:
+                close = getattr(gen, "close", None)
+                if close:
+                    close()  # a cancelled reply stops rendering the rest
+                loop.call_soon_threadsafe(q.put_nowait, _DONE)
+
+        worker = loop.run_in_executor(None, render)
+        out_rs: Resampler | None = None
+        ref_rs: Resampler | None = None
+        first: float | None = None
+        started = False
+        try:
+            while True:
+                item = await q.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise item
+                if cancel.is_set():
+                    continue
+                pcm = item.pcm.astype(np.float32) / 32768.0
+                if out_rs is None:
+                    out_rs = Resampler(item.sample_rate, c.output_rate)
+                    ref_rs = Resampler(item.sample_rate, SR)
+                if not started:
+                    self._emit(AudioStart(id=reply_id, sample_rate=c.output_rate, encoding=c.output_encoding))
+                    started = True
+                    if self._barge is not None:
+                        self._barge.reset()
+                        self._playing_id = reply_id
+                if first is None:
+                    first = time.monotonic()
+                self._send(reply_id, out_rs.process(pcm))
+                if self._barge is not None and ref_rs is not None and self._playing_id == reply_id:
+                    self._barge.push_reference(ref_rs.process(pcm))
+            if started and not cancel.is_set():
+                if out_rs is not None:
+                    self._send(reply_id, out_rs.flush())
+                self._emit(AudioEnd(id=reply_id))
+        finally:
+            await worker
+        return first
+
+    def _send(self, reply_id: str, x: np.ndarray) -> None:
+        c = self.config
+        step = int(c.output_rate * CHUNK_S)
+        for i in range(0, len(x), step):
+            piece = x[i : i + step]
+            data = float_to_pcm16(piece) if c.output_encoding == "pcm16" else mulaw_encode(piece)
+            self._emit(AudioChunk(id=reply_id, data=data))
+
+    def _emit(self, ev: Any) -> None:
+        self._events.put_nowait(ev)
