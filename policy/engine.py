@@ -152,7 +152,8 @@ class Session:
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
-             timings_ms: dict[str, float] | None = None) -> TurnOutcome:
+             timings_ms: dict[str, float] | None = None, record: bool = True) -> TurnOutcome:
+        """Decide one caller turn. `record=False` is for `preview`: nothing is written."""
         eng, cfg = self.engine, self.engine.config
         timings = dict(timings_ms or {})
         t0 = time.perf_counter()
@@ -212,7 +213,7 @@ class Session:
             rc = recheck.RecheckResult(True, ["recheck skipped for baseline"])
         timings["recheck"] = (time.perf_counter() - t4) * 1000
 
-        if decision.action == Action.transfer:
+        if decision.action == Action.transfer and record:
             decision = self._with_handoff(decision, outcome, question, normalized)
         # The clarify's question stays pending until the caller supplies what was missing.
         if decision.action == Action.clarify and Reason.missing_facet in decision.reasons:
@@ -222,13 +223,28 @@ class Session:
         self.transcript.append(f"agent: {decision.message}")
         timings["total_policy_path"] = (time.perf_counter() - t0) * 1000
 
-        record = self._audit_record(audit_id, text, normalized, asr, faults, result, error, outcome, decision,
-                                    rc, timings)
-        record["normalization"] = norm.changes if norm else []
-        eng.audit.append(record)
+        if record:
+            line = self._audit_record(audit_id, text, normalized, asr, faults, result, error, outcome, decision,
+                                      rc, timings)
+            line["normalization"] = norm.changes if norm else []
+            eng.audit.append(line)
         return TurnOutcome(decision=decision, question=text, said=said, normalized_question=normalized,
                            audit_id=audit_id, timings_ms=timings, retrieval=result,
                            gate=outcome.gate if outcome else self.policy)
+
+    def preview(self, text: str, *, asr: AsrSignal | None = None) -> Decision:
+        """What `turn` would decide now, leaving the conversation and the logs untouched.
+
+        The voice path calls it at a pause in the caller's speech to render the reply's first
+        sentence early; at the real end of turn it runs `turn` and uses the early audio only if the
+        message is identical. A previewed transfer carries no handoff (none is stored)."""
+        state = (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
+                 dict(self._turn_hits), self._last_audit_id)
+        try:
+            return self.turn(text, asr=asr, record=False).decision
+        finally:
+            (self.facets, self.pending_question, self.transcript, self.turns,
+             self._turn_hits, self._last_audit_id) = state
 
     def recheck_before_speech(self, decision: Decision, audit_id: str | None = None) -> Decision:
         """Run the citation/number recheck again on the final text, right before TTS."""

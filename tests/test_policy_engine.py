@@ -135,3 +135,19 @@ def test_decision_json_round_trips_with_synonyms():
     d = Decision.model_validate({"action": "abstain", "message": "x"})
     assert d.action == Action.refuse
     assert Decision.model_validate({"action": "handoff", "message": "x"}).action == Action.transfer
+
+
+def test_preview_changes_nothing_and_matches_the_turn(engine):
+    s = engine.session()
+    audit = engine.state_dir / "audit.jsonl"
+    before = audit.read_text() if audit.exists() else ""
+    handoffs = engine.state_dir / "handoffs.jsonl"
+    h_before = handoffs.read_text() if handoffs.exists() else ""
+    p1 = s.preview("Can I get a refund if I cancel my annual plan early?")
+    p2 = s.preview("I want to speak to a real person")
+    assert p1.action == Action.clarify and p2.action == Action.transfer and p2.handoff is None
+    assert (audit.read_text() if audit.exists() else "") == before
+    assert (handoffs.read_text() if handoffs.exists() else "") == h_before
+    assert s.pending_question is None and s.transcript == [] and s.turns == 0
+    real = s.turn("Can I get a refund if I cancel my annual plan early?").decision
+    assert real.message == p1.message and s.pending_question
