@@ -112,6 +112,10 @@ class Engine:
             self._facets_by_role[role] = facets
         return self._facets_by_role[role]
 
+    def teams(self, role: str) -> set[str]:
+        """Handoff teams named by the documents this role may see."""
+        return {d.handoff_team for d in self.kb.docs.values() if d.handoff_team and visible_to(d, role)}
+
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":
         if policy not in POLICIES:
@@ -184,6 +188,7 @@ class Session:
         t2 = time.perf_counter()
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
                           caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
+                          teams=eng.teams(self.role),
                           asr_low_confidence=low_conf)
         if self.policy == "gated":
             outcome = decide(facts, cfg)

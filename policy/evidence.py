@@ -56,13 +56,14 @@ def covers(hit: Hit, term: str) -> bool:
 
 def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[GradedHit]:
     graded = []
+    top_lex = max((h.lexical_score for h in result.hits), default=0.0) or 1.0
     for hit in result.hits:
         cov = coverage(hit, result.term_weights, th.soft_weight)
         dense = hit.dense_score
         if dense is None or result.lexical_only:
             relevant = cov >= th.min_coverage and hit.lexical_score > 0
             answers = cov >= th.lexical_only_coverage
-            score = cov
+            score = 0.9 * cov + 0.1 * max(hit.lexical_score, 0.0) / top_lex  # BM25 breaks coverage ties
         else:
             relevant = dense >= th.min_dense and cov >= th.min_coverage
             answers = (dense >= th.answer_dense and cov >= th.answer_coverage) or (

@@ -7,6 +7,7 @@ Pure and deterministic: no clock, no I/O. The order is the policy (tests pin it)
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kb.models import RISK_ORDER, EffectiveStatus, RetrievalResult
@@ -14,7 +15,7 @@ from kb.tokenize import content_terms
 
 from .config import PolicyConfig
 from .decision import Action, Reason
-from .evidence import GradedHit, competitors, grade
+from .evidence import FRAME_TERMS, GradedHit, competitors, grade
 from .extract import pick_sentences
 from .numbers import quantities
 from .signals import GENERIC_VERBS, action_verb, approval_action, yes_no_question, disallowed_request, fact_kind, human_requested
@@ -32,6 +33,7 @@ class TurnFacts:
     retrieval_error: str | None = None
     caller_facets: dict[str, str] = field(default_factory=dict)
     kb_facets: dict[str, set[str]] = field(default_factory=dict)  # facet values the caller's KB view uses
+    teams: set[str] = field(default_factory=set)  # handoff teams of the documents the caller may see
     asr_low_confidence: bool = False
 
 
@@ -64,6 +66,15 @@ def _team(hits: list[GradedHit], cfg: PolicyConfig, prefer_risky: bool = False) 
         if g.hit.handoff_team:
             return g.hit.handoff_team
     return cfg.default_team
+
+
+def _named_team(question: str, teams: set[str]) -> str | None:
+    """A team the caller asks for by name ("put me through to tech support")."""
+    q = " " + re.sub(r"[^a-z ]", " ", question.lower()) + " "
+    for team in sorted(teams, key=len, reverse=True):
+        if f" {team.replace('_', ' ').lower()} " in q:
+            return team
+    return None
 
 
 def _supersedes(a: GradedHit, b: GradedHit) -> bool:
@@ -102,12 +113,23 @@ def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> f
     return sum(weights.get(t, 1.0) for t in diff) / total
 
 
+def _body_coverage(g: GradedHit, weights: dict[str, float]) -> float:
+    body = set(content_terms(f"{g.hit.heading} {g.hit.text}"))
+    terms = [t for t in g.hit.covered_terms + g.missing_terms if t not in FRAME_TERMS]
+    total = sum(weights.get(t, 1.0) for t in terms) or 1.0
+    return sum(weights.get(t, 1.0) for t in terms if t in body) / total
+
+
 def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float], question: str,
                    fact: str) -> list[tuple[GradedHit, GradedHit, str]]:
     """Pairs of current, same-scope sections, each strong enough to answer, whose answers give
     different figures of the kind the question asks for."""
     pairs = []
-    strong = [g for g in cands if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense]
+    strong: list[GradedHit] = []
+    for g in cands:  # each document speaks through its best section only
+        if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense \
+                and all(x.doc_id != g.doc_id for x in strong):
+            strong.append(g)
     for i, a in enumerate(strong):
         for b in strong[i + 1:]:
             if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b):
@@ -161,7 +183,7 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     if m := human_requested(q, cfg):
         signals["human_request"] = m
         return out(Action.transfer, [Reason.human_requested], "a_human",
-                   team=_team(relevant[:1], cfg), evidence=relevant[:3],
+                   team=_named_team(q, facts.teams) or _team(relevant[:1], cfg), evidence=relevant[:3],
                    evidence_status="direct" if any(g.answers for g in relevant) else "missing")
 
     # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
@@ -176,8 +198,8 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # word). Outdated and future documents do not set today's risk.
     top_active = competitors([g for g in graded if g.active], cfg.thresholds.competitor_margin)
     risky = [g for g in top_active if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
-             and g.coverage >= top_active[0].coverage - 1e-9
-             and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2]
+             and (g is top_active[0] or (g.has_fact and g.coverage >= top_active[0].coverage - 1e-9
+                                         and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2))]
     if m := approval_action(q, cfg):
         signals["approval_action"] = m
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
@@ -248,7 +270,9 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # Other sections of the same documents may hold the fact ("how long" lives under its own heading).
     docs = {g.doc_id for g in cands}
     pool = cands + [g for g in active if g.doc_id in docs and g.answers and g not in cands]
-    best = max(pool, key=lambda g: (g.answers, g.has_fact, g.coverage + (g.dense or 0)))
+    # Ties go to the section whose own words (not its document's title) hold the question's terms.
+    best = max(pool, key=lambda g: (g.answers, g.has_fact, round(_body_coverage(g, facts.result.term_weights), 2),
+                                    g.coverage + (g.dense or 0)))
     verb = action_verb(q)
     # the action must be named outright: word similarity confuses opposites (pause ~ continue)
     verb_missing = verb is not None and verb not in best.hit.covered_terms
