@@ -1,0 +1,89 @@
+"""Websocket server settings: token → role map and per-connection / global limits.
+
+Loaded from a small YAML file (`fixtures/server.yaml` is the committed example):
+
+    tokens:
+      secret-agent-token: agent
+    max_calls: 4
+    max_frame_bytes: 65536
+
+Every field has a documented default, so an empty file (or no file) is a valid config with no
+tokens: every caller is `public`, and any token a client sends is rejected as unknown.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+__all__ = ["ServerConfig", "ServerConfigError", "load_server_config", "DEFAULT_CONFIG_FILE"]
+
+DEFAULT_CONFIG_FILE = "server.yaml"  # read from the working directory when present
+
+
+class ServerConfigError(ValueError):
+    """A server config that cannot be used; the message names the file and the reason."""
+
+
+class ServerConfig(BaseModel):
+    model_config = {"extra": "forbid"}  # a typo in a limit must not silently fall back to a default
+
+    tokens: dict[str, str] = Field(default_factory=dict, description="bearer token -> caller role")
+    # Two cores run ASR for everybody; past this many calls new callers get `busy` (close 1013)
+    # instead of every call slowing down.
+    max_calls: int = Field(4, ge=1, le=256)
+    max_frame_bytes: int = Field(64 * 1024, ge=1024, description="largest websocket message accepted")
+    max_text_chars: int = Field(1000, ge=1, description="longest typed turn")
+    max_turn_s: float = Field(30.0, gt=0, description="longest caller turn (audio) before it is cut")
+    max_session_s: float = Field(1800.0, gt=0, description="longest call, wall clock")
+    start_timeout_s: float = Field(10.0, gt=0, description="time a client has to send `start`")
+    max_protocol_errors: int = Field(20, ge=1, description="bad events tolerated before closing")
+    end_silence_ms: int = Field(500, ge=100, le=5000)
+    sample_rates: list[int] = Field(default_factory=lambda: [8000, 16000, 22050, 24000, 32000, 44100, 48000])
+    drain_timeout_s: float = Field(20.0, gt=0, description="how long shutdown waits for in-flight turns")
+
+    @field_validator("tokens")
+    @classmethod
+    def _tokens_nonempty(cls, v: dict[str, str]) -> dict[str, str]:
+        for token, role in v.items():
+            if not str(token).strip() or not str(role).strip():
+                raise ValueError("tokens and roles must be non-empty strings")
+        return {str(k): str(r) for k, r in v.items()}
+
+    def role_for(self, token: str | None) -> str | None:
+        """The role a token grants: `public` without a token, None for an unknown token."""
+        if token is None or token == "":
+            return "public"
+        return self.tokens.get(token)
+
+
+def load_server_config(path: str | Path | None) -> ServerConfig:
+    """Read a server config. `path=None` reads `server.yaml` if it exists, else the defaults."""
+    import yaml
+
+    if path is None:
+        p = Path(DEFAULT_CONFIG_FILE)
+        if not p.exists():
+            return ServerConfig()
+    else:
+        p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ServerConfigError(f"{p}: no such server config file") from None
+    except OSError as e:
+        raise ServerConfigError(f"{p}: cannot read ({e.strerror or e})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ServerConfigError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ServerConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return ServerConfig.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise ServerConfigError(f"{p}: {where}: {first['msg']}") from None

@@ -1,0 +1,313 @@
+"""Twilio Media Streams at `/twilio`: the wire format Twilio documents, and its call handler.
+
+Inbound (Twilio → us): `connected`, `start` (streamSid, callSid, mediaFormat, customParameters),
+`media` (base64 μ-law 8 kHz mono), `mark` (echoed when the audio before it has played),
+`dtmf`, `stop`. Outbound (us → Twilio): `media`, `mark`, `clear`; nothing else, since Twilio
+rejects messages it does not know. So decisions and transcripts go to the server log only, and
+a transfer is a `mark` named `transfer:<handoff id>` sent after the spoken message's media (the
+package is already stored: the engine writes it before the decision exists).
+
+Caller identity comes from the TwiML `<Parameter>`s of `<Stream>`: `token` (→ role, as on the
+native endpoint) and any other parameter as a caller facet (e.g. `customer_type`).
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import time
+import uuid
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError
+
+from voice_agent.audio import mulaw_decode
+from voice_agent.protocol import ProtocolError
+from voice_agent.server import (
+    LOG, CallDriver, Fatal, _close, _feed_with_turn_limit, _is_closed_error, finish, log_event, recv_before_start,
+    supervise,
+)
+
+__all__ = [
+    "MediaFormat", "StartInfo", "TwilioStart", "TwilioMedia", "TwilioMark", "TwilioDtmf", "TwilioStop",
+    "TwilioConnected", "parse_twilio", "media_message", "mark_message", "clear_message",
+    "FRAME_BYTES", "handle_twilio",
+]
+
+FRAME_BYTES = 160  # 20 ms of μ-law at 8 kHz: the frame size Twilio itself sends
+
+
+class TwilioConnected(BaseModel):
+    event: Literal["connected"]
+    protocol: str = "Call"
+    version: str = "1.0.0"
+
+
+class MediaFormat(BaseModel):
+    encoding: str = "audio/x-mulaw"
+    sampleRate: int = 8000
+    channels: int = 1
+
+
+class StartInfo(BaseModel):
+    streamSid: str = ""
+    accountSid: str = ""
+    callSid: str = ""
+    tracks: list[str] = Field(default_factory=lambda: ["inbound"])
+    mediaFormat: MediaFormat = Field(default_factory=MediaFormat)
+    customParameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class TwilioStart(BaseModel):
+    event: Literal["start"]
+    sequenceNumber: str | int | None = None
+    streamSid: str = ""
+    start: StartInfo
+
+
+class MediaInfo(BaseModel):
+    track: str = "inbound"
+    chunk: str | int | None = None
+    timestamp: str | int | None = None
+    payload: str
+
+
+class TwilioMedia(BaseModel):
+    event: Literal["media"]
+    sequenceNumber: str | int | None = None
+    streamSid: str = ""
+    media: MediaInfo
+
+
+class MarkInfo(BaseModel):
+    name: str
+
+
+class TwilioMark(BaseModel):
+    event: Literal["mark"]
+    sequenceNumber: str | int | None = None
+    streamSid: str = ""
+    mark: MarkInfo
+
+
+class DtmfInfo(BaseModel):
+    track: str = "inbound_track"
+    digit: str
+
+
+class TwilioDtmf(BaseModel):
+    event: Literal["dtmf"]
+    sequenceNumber: str | int | None = None
+    streamSid: str = ""
+    dtmf: DtmfInfo
+
+
+class TwilioStop(BaseModel):
+    event: Literal["stop"]
+    sequenceNumber: str | int | None = None
+    streamSid: str = ""
+    stop: dict[str, Any] = Field(default_factory=dict)
+
+
+_INBOUND: dict[str, type[BaseModel]] = {
+    "connected": TwilioConnected, "start": TwilioStart, "media": TwilioMedia,
+    "mark": TwilioMark, "dtmf": TwilioDtmf, "stop": TwilioStop,
+}
+
+
+def parse_twilio(raw: str | bytes) -> BaseModel:
+    """One Twilio text frame → its model, or `ProtocolError` (bad_json / unknown_event / bad_event)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError("bad_json", f"Twilio frame is not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ProtocolError("bad_json", f"expected a JSON object, got {type(data).__name__}")
+    kind = data.get("event")
+    model = _INBOUND.get(kind) if isinstance(kind, str) else None
+    if model is None:
+        raise ProtocolError("unknown_event", f"unknown Twilio event {kind!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise ProtocolError("bad_event", f"{kind}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def media_message(stream_sid: str, mulaw: bytes) -> str:
+    return json.dumps({"event": "media", "streamSid": stream_sid,
+                       "media": {"payload": base64.b64encode(mulaw).decode("ascii")}})
+
+
+def mark_message(stream_sid: str, name: str) -> str:
+    return json.dumps({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}})
+
+
+def clear_message(stream_sid: str) -> str:
+    return json.dumps({"event": "clear", "streamSid": stream_sid})
+
+
+class TwilioWire:
+    """CallEvents → Twilio outbound messages. Reply audio is μ-law 8 kHz in 20 ms frames, each
+    reply closed by a mark named `reply:<id>`; a transfer mark follows the reply's media."""
+
+    def __init__(self, ws: Any, stream_sid: str):
+        self.ws = ws
+        self.sid = stream_sid
+        self._open: set[Any] = set()
+        self._held_transfers: list[str] = []
+        self._rest = b""  # μ-law bytes short of a whole frame
+
+    async def emit(self, kind: str, ev: Any) -> None:
+        if kind == "audio_start":
+            self._open.add(ev.id)
+            self._rest = b""
+        elif kind == "audio_chunk":
+            await self._media(bytes(ev.data))
+        elif kind == "audio_end":
+            if self._rest:
+                await self.ws.send(media_message(self.sid, self._rest))
+                self._rest = b""
+            self._open.discard(ev.id)
+            await self.ws.send(mark_message(self.sid, f"reply:{ev.id}"))
+            if not self._open:
+                await self._release()
+        elif kind == "clear":
+            self._open.clear()
+            self._rest = b""
+            await self.ws.send(clear_message(self.sid))
+            await self._release()
+        elif kind == "transfer":
+            self._held_transfers.append(str(ev.handoff.id))
+            if not self._open:
+                await self._release()
+        # transcripts, decisions and errors: Twilio has no message for them; the driver logs them
+
+    async def _media(self, data: bytes) -> None:
+        buf = self._rest + data
+        whole = len(buf) - len(buf) % FRAME_BYTES
+        for i in range(0, whole, FRAME_BYTES):
+            await self.ws.send(media_message(self.sid, buf[i : i + FRAME_BYTES]))
+        self._rest = buf[whole:]
+
+    async def _release(self) -> None:
+        while self._held_transfers:
+            await self.ws.send(mark_message(self.sid, f"transfer:{self._held_transfers.pop(0)}"))
+
+
+async def handle_twilio(ws: Any, state: Any) -> None:
+    """One Twilio media stream = one call. Errors Twilio has no message for end in a close whose
+    reason is the error code (busy → 1013, unknown_token → 1008)."""
+    cfg = state.config
+    if not state.admit():
+        log_event("busy", endpoint="twilio", active=state.active, max_calls=cfg.max_calls)
+        await _close(ws, 1013, "busy")
+        return
+    session = uuid.uuid4().hex[:12]
+    driver: CallDriver | None = None
+    t0 = time.monotonic()
+    how = "disconnect"
+    errors = 0
+
+    async def log_only_error(code: str, message: str) -> None:
+        log_event("twilio_error", session=session, code=code, message=message)
+
+    def count_error(e: ProtocolError) -> None:
+        nonlocal errors
+        errors += 1
+        log_event("twilio_error", session=session, code=e.code, message=e.message)
+        if errors >= cfg.max_protocol_errors:
+            raise Fatal("too_many_errors", f"{errors} protocol errors on this stream", 1008)
+
+    try:
+        start = await _await_twilio_start(ws, state, count_error)
+        info = start.start
+        params = {str(k): str(v) for k, v in info.customParameters.items()}
+        role = cfg.role_for(params.pop("token", None))
+        if role is None:
+            raise Fatal("unknown_token", "the token parameter is not configured on this server", 1008)
+        fmt = info.mediaFormat
+        if fmt.encoding.lower() != "audio/x-mulaw" or fmt.sampleRate != 8000 or fmt.channels != 1:
+            raise Fatal("bad_sample_rate", f"media format {fmt.encoding} {fmt.sampleRate} Hz x{fmt.channels} is not "
+                        "supported; Twilio streams audio/x-mulaw 8000 Hz mono")
+        sid = start.streamSid or info.streamSid
+        call = state.runtime.new_call(role=role, facets=params,
+                                      config=state.call_config(input_rate=8000, output_rate=8000, output_encoding="mulaw"))
+        wire = TwilioWire(ws, sid)
+        driver = CallDriver(call, wire.emit, session, "twilio")
+        driver.end_silence_ms = cfg.end_silence_ms
+        log_event("call_start", session=session, endpoint="twilio", role=role, facets=sorted(params),
+                  stream_sid=sid, call_sid=info.callSid, active=state.active)
+        driver.start()
+
+        async def on_message(msg: Any) -> str | None:
+            try:
+                if isinstance(msg, (bytes, bytearray, memoryview)):
+                    raise ProtocolError("bad_event", "Twilio sends text frames only")
+                if len(msg) > cfg.max_frame_bytes:
+                    raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
+                ev = parse_twilio(msg)
+                if isinstance(ev, TwilioMedia):
+                    if ev.media.track not in ("inbound", "inbound_track"):
+                        return None
+                    try:
+                        mulaw = base64.b64decode(ev.media.payload, validate=True)
+                    except (binascii.Error, ValueError):
+                        raise ProtocolError("bad_audio", "media.payload is not base64") from None
+                    pcm = (np.clip(mulaw_decode(mulaw), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+                    await _feed_with_turn_limit(driver, pcm, 8000, int(cfg.max_turn_s * 8000 * 2), None)
+                elif isinstance(ev, TwilioStop):
+                    return "stop"
+                elif isinstance(ev, TwilioDtmf):
+                    log_event("dtmf", session=session, digit=ev.dtmf.digit)
+                elif isinstance(ev, TwilioMark):
+                    pass  # playback reached one of our marks; nothing server-side waits on it
+                elif isinstance(ev, TwilioStart):
+                    raise ProtocolError("already_started", "a second start on this stream")
+                return None
+            except ProtocolError as e:
+                count_error(e)
+                return None
+
+        how = await supervise(ws, state, driver, on_message)
+        await finish(ws, state, driver, how, log_only_error)
+    except Fatal as f:
+        how = f.code
+        log_event("twilio_error", session=session, code=f.code, message=f.message)
+        if driver is not None:
+            await driver.close()
+        await _close(ws, f.close_code, f.code)
+    except Exception as e:
+        if _is_closed_error(e):
+            how = "disconnect"
+        else:
+            how = "internal"
+            LOG.exception("twilio session %s failed", session)
+            await _close(ws, 1011, "internal")
+        if driver is not None:
+            await driver.close()
+    finally:
+        state.release()
+        log_event("call_end", session=session, endpoint="twilio", how=how,
+                  seconds=round(time.monotonic() - t0, 2), decisions=driver.decisions if driver else 0)
+
+
+async def _await_twilio_start(ws: Any, state: Any, count_error: Any) -> TwilioStart:
+    """Skip `connected`; anything else before `start` is a (counted) protocol error."""
+    cfg = state.config
+    deadline = time.monotonic() + cfg.start_timeout_s
+    while True:
+        msg = await recv_before_start(ws, state, deadline)
+        try:
+            if isinstance(msg, (bytes, bytearray, memoryview)):
+                raise ProtocolError("not_started", "binary frame before start")
+            if len(msg) > cfg.max_frame_bytes:
+                raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
+            ev = parse_twilio(msg)
+            if isinstance(ev, TwilioStart):
+                return ev
+            if not isinstance(ev, TwilioConnected):
+                raise ProtocolError("not_started", f"{ev.event} before start")  # type: ignore[attr-defined]
+        except ProtocolError as e:
+            count_error(e)
