@@ -105,11 +105,13 @@ def _figures(g: GradedHit, question: str, fact: str) -> dict[str, set[str]]:
 def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> float:
     """Share of the question's weight that one section covers and the other does not: two sections
     only compete as answers to the same question when this is small (Mexico vs EU day passes)."""
-    ca = set(a.hit.covered_terms) | set(a.hit.soft_covered)
-    cb = set(b.hit.covered_terms) | set(b.hit.soft_covered)
+    ea, eb = set(a.hit.covered_terms), set(b.hit.covered_terms)
+    ca, cb = ea | set(a.hit.soft_covered), eb | set(b.hit.soft_covered)
     terms = ca | cb | set(a.missing_terms)
     total = sum(weights.get(t, 1.0) for t in terms) or 1.0
-    diff = ca ^ cb
+    # only a term one section names outright and the other does not say at all (a word-similarity
+    # match is too weak to tell two topics apart)
+    diff = (ea - cb) | (eb - ca)
     return sum(weights.get(t, 1.0) for t in diff) / total
 
 
@@ -136,7 +138,7 @@ def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str,
                 continue
             # both must be equally about the question: a dispute page that mentions late fees
             # does not contradict the late-fee page
-            if _distinct_weight(a, b, weights) > 0.4 or abs((a.dense or 0) - (b.dense or 0)) > 0.08:
+            if _distinct_weight(a, b, weights) > 0.4 or abs((a.dense or 0) - (b.dense or 0)) > 0.1:
                 continue
             fa, fb = _figures(a, question, fact), _figures(b, question, fact)
             for kind in sorted(set(fa) & set(fb)):
