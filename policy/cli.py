@@ -67,9 +67,14 @@ def cli(argv: list[str]) -> int:
         return fail(str(exc))
     state = _load_state(args.session) if args.session else {}
     engine = load_engine(args)
-    session = engine.session(role=args.role or state.get("role", "public"),
-                             facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),
-                             policy=args.policy)
+    from .engine import UnknownRole
+
+    try:
+        session = engine.session(role=args.role or state.get("role", "public"),
+                                 facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),
+                                 policy=args.policy)
+    except UnknownRole as exc:
+        return fail(str(exc))
     session.pending_question = state.get("pending_question")
     session.transcript = state.get("transcript", [])
     out = session.turn(args.question, faults=args.fault)

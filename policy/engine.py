@@ -33,6 +33,10 @@ from .store import JsonlStore
 POLICIES = ("gated", "threshold", "minimal")
 
 
+class UnknownRole(ValueError):
+    pass
+
+
 class AsrSignal(BaseModel):
     """What the recogniser knew about its own transcript."""
 
@@ -112,6 +116,10 @@ class Engine:
             self._facets_by_role[role] = facets
         return self._facets_by_role[role]
 
+    def roles(self) -> set[str]:
+        """Roles this KB knows: `public` plus every role named in a document's acl."""
+        return {"public"} | {r for d in self.kb.docs.values() for r in d.acl}
+
     def teams(self, role: str) -> set[str]:
         """Handoff teams named by the documents this role may see."""
         return {d.handoff_team for d in self.kb.docs.values() if d.handoff_team and visible_to(d, role)}
@@ -120,6 +128,9 @@ class Engine:
                 session_id: str | None = None, policy: str = "gated") -> "Session":
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+        if role not in self.roles():
+            # A typo must not silently become public access (or look like "no information").
+            raise UnknownRole(f"unknown role {role!r}; this knowledge base knows: {', '.join(sorted(self.roles()))}")
         return Session(self, role, dict(facets or {}), session_id or uuid.uuid4().hex[:12], policy)
 
 

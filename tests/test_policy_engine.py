@@ -151,3 +151,10 @@ def test_preview_changes_nothing_and_matches_the_turn(engine):
     assert s.pending_question is None and s.transcript == [] and s.turns == 0
     real = s.turn("Can I get a refund if I cancel my annual plan early?").decision
     assert real.message == p1.message and s.pending_question
+
+
+def test_unknown_role_is_an_error_not_public_access(engine):
+    from policy.engine import UnknownRole
+
+    with pytest.raises(UnknownRole, match="agnet"):
+        engine.session(role="agnet")

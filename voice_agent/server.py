@@ -721,6 +721,11 @@ def cli(argv: list[str]) -> int:
             from voice_agent.tts import TtsPool
 
             runtime.tts = TtsPool(tts_workers).start()
+        unknown = sorted(set(config.tokens.values()) - runtime.engine.roles())
+        if unknown:
+            print(f"error: {args.config or 'server config'}: token role(s) {', '.join(unknown)} not used by any "
+                  f"document of {args.kb} (known: {', '.join(sorted(runtime.engine.roles()))})", file=sys.stderr)
+            return 2
         log_event("runtime_loaded", seconds=round(time.monotonic() - t0, 2), kb=args.kb, tts_workers=tts_workers)
     except Exception as e:  # a bad KB, a missing model package: one actionable line, no traceback
         print(f"error: cannot load the voice runtime for {args.kb}: {e}", file=sys.stderr)
