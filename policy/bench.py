@@ -37,7 +37,8 @@ def cli(argv: list[str]) -> int:
         write_synthetic_kb(Path(tmp) / "kb", args.sections)
         t0 = time.perf_counter()
         kb = load_kb(Path(tmp) / "kb")
-        engine = Engine(kb, Retriever(kb, dense=not args.no_dense, cache_dir=Path(tmp) / "cache", progress=True),
+        # The default embedding cache: the synthetic KB is deterministic, so a second run skips embedding.
+        engine = Engine(kb, Retriever(kb, dense=not args.no_dense, progress=True),
                         load_policy_config(), state_dir=Path(tmp) / "state", on_date=dt.date(2026, 11, 29))
         engine.session().turn("warm up")
         build_s = time.perf_counter() - t0
