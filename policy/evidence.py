@@ -37,11 +37,16 @@ class GradedHit:
 # fact they ask for is checked separately (signals.fact_kind), so they do not count as coverage.
 FRAME_TERMS = frozenset(content_terms(
     "long much many take takes taking happen happens happened time times way ways work works "
-    "mean means possible able thing sure kind sort find"))
+    "mean means possible able thing sure kind sort find use using used have make do put give see"))
+
+
+def _counts(term: str) -> bool:
+    # a stray single letter ("q r code" heard letter by letter) names nothing by itself
+    return term not in FRAME_TERMS and not (len(term) == 1 and term.isalpha())
 
 
 def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8) -> float:
-    terms = [t for t in hit.covered_terms + hit.missing_terms if t not in FRAME_TERMS]
+    terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t)]
     if not terms:
         return 0.0
     w = {t: max(weights.get(t, 1.0), 0.05) for t in terms}
@@ -71,7 +76,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
             score = 0.5 * dense + 0.5 * cov
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
-                                [t for t in hit.missing_terms if t not in FRAME_TERMS and t not in hit.soft_covered]))
+                                [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered]))
     graded.sort(key=lambda g: g.score, reverse=True)
     return graded
 

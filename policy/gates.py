@@ -93,7 +93,7 @@ _KINDS_FOR_FACT = {"duration": {"time"}, "amount": {"money", "percent"}, "count"
 
 def _figures(g: GradedHit, question: str, fact: str) -> dict[str, set[str]]:
     """Quantities by kind in the sentences this section would speak as the answer."""
-    wanted = _KINDS_FOR_FACT.get(fact, {"money", "percent", "time", "data", "speed"})
+    wanted = _KINDS_FOR_FACT[fact]
     out: dict[str, set[str]] = {}
     for sent in pick_sentences(g, question, fact):
         for q in quantities(sent):
@@ -117,7 +117,7 @@ def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> f
 
 def _body_coverage(g: GradedHit, weights: dict[str, float]) -> float:
     body = set(content_terms(f"{g.hit.heading} {g.hit.text}"))
-    terms = [t for t in g.hit.covered_terms + g.missing_terms if t not in FRAME_TERMS]
+    terms = [t for t in g.hit.covered_terms + g.missing_terms if t not in FRAME_TERMS and len(t) > 1]
     total = sum(weights.get(t, 1.0) for t in terms) or 1.0
     return sum(weights.get(t, 1.0) for t in terms if t in body) / total
 
@@ -126,15 +126,17 @@ def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str,
                    fact: str) -> list[tuple[GradedHit, GradedHit, str]]:
     """Pairs of current, same-scope sections, each strong enough to answer, whose answers give
     different figures of the kind the question asks for."""
+    if fact not in _KINDS_FOR_FACT:
+        return []  # only a question asking for a figure can be answered two ways by figures
     pairs = []
     strong: list[GradedHit] = []
     for g in cands:  # each document speaks through its best section only
-        if g.active and g.answers and (g.dense or 0) >= cfg.thresholds.conflict_min_dense \
+        if g.active and g.has_fact and (g.dense or 0) >= cfg.thresholds.conflict_min_dense \
                 and all(x.doc_id != g.doc_id for x in strong):
             strong.append(g)
     for i, a in enumerate(strong):
         for b in strong[i + 1:]:
-            if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b):
+            if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b) or not (a.answers or b.answers):
                 continue
             # both must be equally about the question: a dispute page that mentions late fees
             # does not contradict the late-fee page

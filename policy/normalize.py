@@ -329,6 +329,48 @@ def _joins(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
     return out
 
 
+def _spelled_letters(toks: list[_Tok], changes: list[str]) -> list[_Tok]:
+    """Letters spelled out one by one ("q r code", "the u k") become the abbreviation they spell.
+    Runs the KB knows were already joined by `_joins` ("a p n" -> "APN"); a lone "a" or "I" at the
+    edge of a run is an ordinary word, not a letter."""
+    out: list[_Tok] = []
+    i = 0
+    while i < len(toks):
+        j = i
+        while j < len(toks) and re.fullmatch(r"[A-Za-z]", toks[j].core) and not toks[j].pre \
+                and (j == i or not toks[j - 1].post.strip()):
+            j += 1
+        run = toks[i:j]
+        while run and run[0].low in ("a", "i"):
+            out.append(run.pop(0))
+            i += 1
+        while len(run) > 2 and run[-1].low in ("a", "i"):
+            run.pop()
+            j -= 1
+        if len(run) >= 2:
+            new = _Tok("".join(t.core for t in run).upper())
+            new.post = run[-1].post
+            changes.append(f"spelled: {' '.join(t.core for t in run)} -> {new.core}")
+            out.append(new)
+            i = j
+        else:
+            out.append(toks[i])
+            i += 1
+    return out
+
+
+_MONEY = re.compile(r"\b(\d+) dollars?(?: and)? (\d{1,2})(?: cents?)?\b", re.I)
+
+
+def _money(text: str, changes: list[str]) -> str:
+    """'2 dollars 50' / '2 dollars and 50 cents' -> '$2.50', the way prices are written."""
+    def repl(m: re.Match[str]) -> str:
+        new = f"${m.group(1)}.{int(m.group(2)):02d}"
+        changes.append(f"money: {m.group(0)} -> {new}")
+        return new
+    return _MONEY.sub(repl, text)
+
+
 def _repairs(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
     common = common_words()
     for t in toks:
@@ -365,8 +407,9 @@ def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None) -> 
     toks = _drop_fillers(toks, changes)
     toks = _spoken_numbers(toks, changes, vocab)
     toks = _joins(toks, changes, vocab)
+    toks = _spelled_letters(toks, changes)
     toks = _repairs(toks, changes, vocab)
-    out = _join(toks)
+    out = _money(_join(toks), changes)
     if out and out[0].islower() and text and text.lstrip()[:1].isupper():
         out = out[0].upper() + out[1:]
     return Normalized(text=out, changes=changes)
