@@ -23,6 +23,7 @@ class Thresholds(BaseModel):
     lexical_only_coverage: float = 0.75
     competitor_margin: float = 0.10
     conflict_min_dense: float = 0.45
+    risk_min_dense: float = 0.40
     threshold_baseline: float = 0.020
     max_clarify_facets: int = 2
     soft_match: float = 0.6

@@ -37,7 +37,8 @@ class GradedHit:
 # fact they ask for is checked separately (signals.fact_kind), so they do not count as coverage.
 FRAME_TERMS = frozenset(content_terms(
     "long much many take takes taking happen happens happened time times way ways work works "
-    "mean means possible able thing sure kind sort find use using used have make do put give see"))
+    "mean means possible able thing sure kind sort find use using used have make do put give see "
+    "think believe guess wonder seem seems"))
 
 
 def _counts(term: str) -> bool:

@@ -202,12 +202,24 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # word). Outdated and future documents do not set today's risk.
     top_active = competitors([g for g in graded if g.active], cfg.thresholds.competitor_margin)
     risky = [g for g in top_active if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
+             and (g.dense is None or g.dense >= cfg.thresholds.risk_min_dense)
              and (g is top_active[0] or (g.has_fact and g.coverage >= top_active[0].coverage - 1e-9
                                          and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2))]
+    # High risk with only partial evidence still goes to a human: the section closest in meaning
+    # is a high-risk one even though it shares few of the caller's words ("someone hijacked my number").
+    by_meaning = sorted((g for g in graded if g.active), key=lambda g: -(g.dense or 0.0))
+    if not risky and by_meaning and RISK_ORDER[by_meaning[0].hit.risk] >= RISK_ORDER["high"]:
+        closest = by_meaning[0]
+        safe = [g for g in by_meaning if RISK_ORDER[g.hit.risk] < RISK_ORDER["high"]]
+        runner_up = (safe[0].dense or 0.0) if safe else 0.0
+        if (closest.dense or 0) >= cfg.thresholds.answer_dense and closest.coverage > 0 \
+                and (closest.dense or 0) - runner_up >= cfg.thresholds.competitor_margin:
+            risky = [closest]
     if m := approval_action(q, cfg):
         signals["approval_action"] = m
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
-                   team=_team(top or relevant[:1], cfg, prefer_risky=True), evidence=top[:3],
+                   # the action's team: a high-risk section among the closest in meaning, if any
+                   team=_team(risky or by_meaning[:3] or top, cfg, prefer_risky=True), evidence=(risky or top)[:3],
                    risk_level=max(_risk_of(top), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if top else "missing")
     if risky:
