@@ -162,6 +162,11 @@ class Retriever:
 
     # ------------------------------------------------------------------ querying
 
+    @property
+    def model_id(self) -> str | None:
+        """The dense model's identity (for caches keyed by it); None without the model."""
+        return self._embedder.model_id if self._embedder is not None else None
+
     def embed(self, texts: list[str]) -> np.ndarray:
         """(n, 384) float32 L2-normalized; raises EmbeddingUnavailable without the model."""
         if self._embedder is None:

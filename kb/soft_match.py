@@ -7,6 +7,7 @@ vectors are cached per process, so after warm-up a turn embeds only words it has
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from typing import Callable
 
@@ -48,6 +49,38 @@ class SoftMatcher:
                     self._vecs.clear()
                 self._vecs.update(zip(new, vecs))
         return np.stack([self._vecs[w] for w in words]) if words else np.zeros((0, 384), np.float32)
+
+    def prime(self, texts: list[str], kb_version: str, model_id: str, progress: bool = False) -> int:
+        """Embed every content word of the KB once, through the on-disk cache, so a turn only embeds
+        the caller's own unseen words. Returns how many words are now cached."""
+        from .cache import cache_root, load_embeddings, save_embeddings
+
+        words = sorted({w for t in texts for w in _surface_terms(t)})
+        if not words:
+            return 0
+        root, key = cache_root(), f"words-{kb_version}"
+        vecs, _ = load_embeddings(root, key, model_id, words)
+        if vecs is None:
+            bar = None
+            if progress and len(words) > 500:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(words), desc="embedding KB words", unit="word", file=sys.stderr)
+            chunks = []
+            for i in range(0, len(words), 256):
+                chunks.append(self._embed(words[i:i + 256]))
+                if bar:
+                    bar.update(len(words[i:i + 256]))
+            if bar:
+                bar.close()
+            vecs = np.concatenate(chunks)
+            try:
+                save_embeddings(root, key, model_id, words, vecs)
+            except OSError:
+                pass  # a read-only cache only costs the next start this work again
+        with self._lock:
+            self._vecs.update(zip(words, vecs))
+        return len(words)
 
     def annotate(self, query: str, hits: list[Hit]) -> None:
         """Fill `hit.soft_covered` (missing term -> the section word that says it) for each hit."""

@@ -39,7 +39,8 @@ def cli(argv: list[str]) -> int:
         kb = load_kb(Path(tmp) / "kb")
         # The default embedding cache: the synthetic KB is deterministic, so a second run skips embedding.
         engine = Engine(kb, Retriever(kb, dense=not args.no_dense, progress=True),
-                        load_policy_config(), state_dir=Path(tmp) / "state", on_date=dt.date(2026, 11, 29))
+                        load_policy_config(), state_dir=Path(tmp) / "state", on_date=dt.date(2026, 11, 29),
+                        progress=True)
         engine.session().turn("warm up")
         build_s = time.perf_counter() - t0
         totals: list[float] = []

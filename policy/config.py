@@ -16,7 +16,7 @@ KB_OVERRIDE_NAME = "_policy.yaml"  # not *.md, so the KB loader never reads it a
 class Thresholds(BaseModel):
     min_dense: float = 0.30
     min_coverage: float = 0.34
-    answer_dense: float = 0.45
+    answer_dense: float = 0.40
     answer_coverage: float = 0.60
     strong_dense: float = 0.62
     strong_min_coverage: float = 0.34

@@ -31,6 +31,7 @@ from .signals import facet_vocabulary, normalize_text, stated_facets
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
+SOFT_MATCH_HITS = 5  # the policy decides on the best few hits; matching words for more is wasted work
 
 
 class UnknownRole(ValueError):
@@ -61,7 +62,7 @@ class TurnOutcome(BaseModel):
 
 class Engine:
     def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
-                 state_dir: str | Path = "var", on_date: dt.date | None = None):
+                 state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False):
         self.kb = kb
         self.retriever = retriever
         self.config = config
@@ -71,6 +72,7 @@ class Engine:
         self.audit = JsonlStore(self.state_dir / "audit.jsonl")
         self._facets_by_role: dict[str, dict[str, set[str]]] = {}
         self._soft: SoftMatcher | None = None
+        self._progress = progress  # progress bars while embedding (CLI use)
         self._vocab: dict[str, list[str]] = {}
 
     @classmethod
@@ -78,7 +80,7 @@ class Engine:
              dense: bool = True, on_date: dt.date | None = None, progress: bool = False) -> "Engine":
         kb = load_kb(kb_dir)
         config = load_policy_config(policy_file, kb_dir=kb_dir)
-        return cls(kb, Retriever(kb, dense=dense, progress=progress), config, state_dir, on_date)
+        return cls(kb, Retriever(kb, dense=dense, progress=progress), config, state_dir, on_date, progress)
 
     @property
     def kb_version(self) -> str:
@@ -89,9 +91,14 @@ class Engine:
         return self.config.fingerprint()
 
     def soft_matcher(self) -> SoftMatcher:
-        """Word-level synonym matching for coverage; shares the retriever's embedding model."""
+        """Word-level synonym matching for coverage; shares the retriever's embedding model. The
+        KB's own words are embedded once (cached on disk with the KB version)."""
         if self._soft is None:
-            self._soft = SoftMatcher(self.retriever.embed, threshold=self.config.thresholds.soft_match)
+            soft = SoftMatcher(self.retriever.embed, threshold=self.config.thresholds.soft_match)
+            if self.retriever.model_id:
+                soft.prime([f"{s.heading} {s.text} {self.kb.docs[s.doc_id].title}" for s in self.kb.sections],
+                           self.kb.kb_version, self.retriever.model_id, progress=self._progress)
+            self._soft = soft
         return self._soft
 
     def with_config(self, config: PolicyConfig) -> "Engine":
@@ -193,7 +200,7 @@ class Session:
         timings["retrieve"] = (time.perf_counter() - t1) * 1000
         if result is not None and not result.lexical_only and result.hits:
             ts = time.perf_counter()
-            eng.soft_matcher().annotate(normalized, result.hits)
+            eng.soft_matcher().annotate(normalized, result.hits[:SOFT_MATCH_HITS])
             timings["soft_match"] = (time.perf_counter() - ts) * 1000
 
         t2 = time.perf_counter()
