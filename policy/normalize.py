@@ -89,11 +89,27 @@ class _Vocab:
                 self.by_key[k] = t
         self.keys = list(self.by_key)
         self.lower_words = {t.lower() for t in self.by_key.values()}
+        self._by_len: dict[int, list[str]] = {}
+        for k in self.keys:
+            self._by_len.setdefault(len(k), []).append(k)
+        self._memo: dict[tuple[str, float], str | None] = {}
 
     def close(self, word: str, cutoff: float) -> str | None:
         """The one KB term clearly closest to `word`, or None (no match, or a tie)."""
         k = _key(word)
-        cands = difflib.get_close_matches(k, self.keys, n=3, cutoff=cutoff)
+        memo_key = (k, cutoff)
+        if memo_key not in self._memo:
+            if len(self._memo) > 50_000:
+                self._memo.clear()
+            self._memo[memo_key] = self._close(k, cutoff)
+        return self._memo[memo_key]
+
+    def _close(self, k: str, cutoff: float) -> str | None:
+        # A similarity ratio of 2*matches/(la+lb) can only reach the cutoff between words of
+        # compatible lengths: skip the rest of the vocabulary without changing the result.
+        n = len(k)
+        pool = [c for length, ks in self._by_len.items() if 2 * min(n, length) / (n + length) >= cutoff for c in ks]
+        cands = difflib.get_close_matches(k, pool, n=3, cutoff=cutoff)
         if not cands:
             return None
         score = [difflib.SequenceMatcher(None, k, c).ratio() for c in cands]
