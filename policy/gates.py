@@ -18,7 +18,7 @@ from .decision import Action, Reason
 from .evidence import FRAME_TERMS, GradedHit, competitors, grade
 from .extract import pick_sentences
 from .numbers import quantities
-from .signals import GENERIC_VERBS, action_verb, approval_action, yes_no_question, disallowed_request, fact_kind, human_requested
+from .signals import GENERIC_VERBS, action_verb, approval_action, asked_terms, yes_no_question, disallowed_request, fact_kind, human_requested
 
 
 _GENERIC_TERMS = frozenset(t for v in GENERIC_VERBS for t in content_terms(v))
@@ -115,11 +115,14 @@ def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> f
     return sum(weights.get(t, 1.0) for t in diff) / total
 
 
-def _body_coverage(g: GradedHit, weights: dict[str, float]) -> float:
+def _body_coverage(g: GradedHit, result: RetrievalResult, asked: set[str]) -> float:
+    """Weighted share of the question's terms in the section's own heading and text; the thing a
+    what/which question asks for counts triple."""
     body = set(content_terms(f"{g.hit.heading} {g.hit.text}"))
-    terms = [t for t in g.hit.covered_terms + g.missing_terms if t not in FRAME_TERMS and len(t) > 1]
-    total = sum(weights.get(t, 1.0) for t in terms) or 1.0
-    return sum(weights.get(t, 1.0) for t in terms if t in body) / total
+    terms = [t for t in result.query_terms if t not in FRAME_TERMS and len(t) > 1]
+    w = {t: result.term_weights.get(t, 1.0) * (3.0 if t in asked else 1.0) for t in terms}
+    total = sum(w.values()) or 1.0
+    return sum(w[t] for t in terms if t in body) / total
 
 
 def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float], question: str,
@@ -284,11 +287,14 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # i. Key terms or the asked-for fact are not in the evidence. Among the current sections strong
     # enough to answer, prefer the one that holds the kind of fact asked for.
     # Other sections of the same documents may hold the fact ("how long" lives under its own heading).
-    docs = {g.doc_id for g in cands}
-    pool = cands + [g for g in active if g.doc_id in docs and g.answers and g not in cands]
-    # Ties go to the section whose own words (not its document's title) hold the question's terms.
-    best = max(pool, key=lambda g: (g.answers, g.has_fact, round(_body_coverage(g, facts.result.term_weights), 2),
-                                    g.coverage + (g.dense or 0)))
+    # A document that answers may hold the fact in a section that scores lower on its own; among
+    # the sections of answering documents, take the one whose own words (not its document's title)
+    # hold the question's terms and the kind of fact asked for.
+    docs = {g.doc_id for g in cands if g.answers}
+    pool = cands + [g for g in active if g.doc_id in docs and g.relevant and g not in cands]
+    asked = asked_terms(q)
+    best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, round(_body_coverage(g, facts.result, asked), 2),
+                                    g.answers, g.coverage + (g.dense or 0)))
     verb = action_verb(q)
     # the action must be named outright: word similarity confuses opposites (pause ~ continue)
     verb_missing = verb is not None and verb not in best.hit.covered_terms
@@ -299,9 +305,9 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     unsaid = yes_no_question(q) and [t for t in best.missing_terms if t not in _GENERIC_TERMS]
     if unsaid:
         signals["yes_no_terms_missing"] = unsaid
-    if not best.answers or not best.has_fact or verb_missing or unsaid:
+    if best.doc_id not in docs or not best.has_fact or verb_missing or unsaid:
         reasons = [Reason.required_fact_not_covered]
-        if not best.answers:
+        if best.doc_id not in docs:
             reasons.append(Reason.partial_evidence if best.coverage >= cfg.thresholds.min_coverage
                            else Reason.background_only)
         signals["missing_terms"] = best.missing_terms

@@ -137,3 +137,17 @@ def yes_no_question(question: str) -> bool:
     t = normalize_text(question)
     t = re.sub(r"^((hi|hello|ok|okay|so|um|uh|well|quick question)[,.!]?\s+)+", "", t)
     return re.match(r"(does|do|is|are|can|could|will|would|has|have|did)\b", t) is not None
+
+
+_WH_PHRASE = re.compile(
+    r"\b(?:what|which)(?:'s|s| is| are)?\s+((?:[a-z0-9-]+\s*){0,4}?)"
+    r"(?=(?:do|does|did|can|could|should|would|will|is|are|was|were|i|we|you|my|to|for|on|in|of)\b|[?.!]|$)")
+
+
+def asked_terms(question: str) -> set[str]:
+    """The thing a what/which question asks for: 'what retention discount codes can I …' ->
+    {retention, discount, code}. The section that names it is the one to quote."""
+    from kb.tokenize import content_terms
+
+    m = _WH_PHRASE.search(normalize_text(question))
+    return set(content_terms(m.group(1))) if m else set()
