@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import sys
 import threading
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -19,6 +20,12 @@ from .tokenize import STOPWORDS, content_terms
 _WORD = re.compile(r"[a-z][a-z'-]{2,}")
 
 
+@lru_cache(maxsize=100_000)
+def _term_of(word: str) -> str | None:
+    terms = content_terms(word)
+    return terms[0] if len(terms) == 1 else None
+
+
 def _surface_terms(text: str) -> dict[str, str]:
     """surface word -> its index term, for the content words of a text."""
     out: dict[str, str] = {}
@@ -26,9 +33,9 @@ def _surface_terms(text: str) -> dict[str, str]:
         w = w.strip("'-")
         if w in STOPWORDS or w in out:
             continue
-        terms = content_terms(w)
-        if len(terms) == 1:
-            out[w] = terms[0]
+        term = _term_of(w)
+        if term is not None:
+            out[w] = term
     return out
 
 
@@ -39,6 +46,7 @@ class SoftMatcher:
         self._vecs: dict[str, np.ndarray] = {}
         self._max = max_cache
         self._lock = threading.Lock()
+        self._sections: dict[str, dict[str, str]] = {}  # locator -> its words (sections do not change)
 
     def _vectors(self, words: list[str]) -> np.ndarray:
         new = [w for w in dict.fromkeys(words) if w not in self._vecs]
@@ -82,6 +90,14 @@ class SoftMatcher:
             self._vecs.update(zip(words, vecs))
         return len(words)
 
+    def _section_words(self, h: Hit) -> dict[str, str]:
+        sec = self._sections.get(h.locator)
+        if sec is None:
+            if len(self._sections) > 50_000:
+                self._sections.clear()
+            sec = self._sections[h.locator] = _surface_terms(f"{h.title} {h.heading} {h.text}")
+        return sec
+
     def annotate(self, query: str, hits: list[Hit]) -> None:
         """Fill `hit.soft_covered` (missing term -> the section word that says it) for each hit."""
         q_words = {w: t for w, t in _surface_terms(query).items() if any(t in h.missing_terms for h in hits)}
@@ -90,7 +106,7 @@ class SoftMatcher:
         q_list = list(q_words)
         qv = self._vectors(q_list)
         for h in hits:
-            sec = _surface_terms(f"{h.title} {h.heading} {h.text}")
+            sec = self._section_words(h)
             missing = [w for w in q_list if q_words[w] in h.missing_terms]
             if not missing or not sec:
                 continue

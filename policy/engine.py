@@ -74,6 +74,7 @@ class Engine:
         self._soft: SoftMatcher | None = None
         self._progress = progress  # progress bars while embedding (CLI use)
         self._vocab: dict[str, list[str]] = {}
+        self._roles: set[str] | None = None
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -125,7 +126,9 @@ class Engine:
 
     def roles(self) -> set[str]:
         """Roles this KB knows: `public` plus every role named in a document's acl."""
-        return {"public"} | {r for d in self.kb.docs.values() for r in d.acl}
+        if self._roles is None:
+            self._roles = {"public"} | {r for d in self.kb.docs.values() for r in d.acl}
+        return self._roles
 
     def teams(self, role: str) -> set[str]:
         """Handoff teams named by the documents this role may see."""
