@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -33,17 +35,49 @@ class FakeSession:
         self.recorded: list[dict] = []
         self.session_id = "fake"
         self.engine = SimpleNamespace(config=SimpleNamespace(default_team="customer_care"))
+        self.previews: list[str] = []
+        self.preview_message: str | None = None
+        self.preview_delay = 0.0
+        self.active, self.overlapped, self._lock = 0, False, threading.Lock()
 
     def turn(self, text, *, asr=None, faults=(), timings_ms=None):
+        self._enter()
+        time.sleep(self.preview_delay)
+        self._exit()
         self.turns.append((text, asr))
         low = bool(asr and asr.low_confidence)
         action = Action.clarify if low else self.action
-        msg = "Sorry, I didn't catch that." if low else self.message
+        msg = "Sorry, I didn't catch that." if low else self._message(text)
         reasons = [Reason.asr_low_confidence] if low else [Reason.grounded_answer]
         handoff = Handoff(id="h1", team="billing", summary="s") if action == Action.transfer else None
         d = Decision(action=action, message=msg, reasons=reasons, handoff=handoff)
         return SimpleNamespace(decision=d, audit_id=f"a{len(self.turns)}", normalized_question=text,
                                timings_ms={"retrieve": 1.0, "policy": 1.0, **(timings_ms or {})})
+
+    def preview(self, text, *, asr=None):
+        """Like `turn`, recording nothing; `preview_message` makes it disagree with `turn`."""
+        self.previews.append(text)
+        self._enter()
+        try:
+            time.sleep(self.preview_delay)
+            low = bool(asr and asr.low_confidence)
+            action = Action.clarify if low else self.action
+            msg = "Sorry, I didn't catch that." if low else (self.preview_message or self._message(text))
+            return Decision(action=action, message=msg, reasons=[Reason.grounded_answer])  # no handoff
+        finally:
+            self._exit()
+
+    def _message(self, text):
+        return self.message(text) if callable(self.message) else self.message
+
+    def _enter(self):
+        with self._lock:
+            self.active += 1
+            self.overlapped |= self.active > 1
+
+    def _exit(self):
+        with self._lock:
+            self.active -= 1
 
     def recheck_before_speech(self, d, audit_id=None):
         self.rechecked += 1
@@ -307,3 +341,153 @@ def test_real_runtime_on_fixture_audio(tmp_path):
     assert len(audio) / 2 / SR > 2.0  # a real spoken answer
     t = ev[1].timings_ms
     assert {"asr", "retrieve", "policy"} <= set(t)
+
+
+# ------------------------------------------------------------------- speculative reply
+
+
+class SlowTts(FakeTts):
+    """FakeTts that takes `delay` s per sentence, logs when each render starts, how many
+    sentences it rendered, and whether its iterator was closed before the end (cancelled)."""
+
+    def __init__(self, delay=0.25, seconds=0.2):
+        super().__init__(seconds=seconds)
+        self.delay, self.log = delay, []
+
+    def synthesize(self, text):
+        rec = {"text": text, "start": time.monotonic(), "rendered": 0, "cancelled": False, "finished": False}
+        self.log.append(rec)
+        self.requests.append(text)
+        n = int(22050 * self.seconds)
+        t = np.arange(n) / 22050
+        try:
+            for i in range(2):
+                time.sleep(self.delay)
+                rec["rendered"] += 1
+                pcm = (0.3 * np.sin(2 * np.pi * (200 + 100 * i) * t) * 32767).astype(np.int16)
+                yield TtsChunk(pcm=pcm, sample_rate=22050, sentence_index=i, text=f"s{i}")
+            rec["finished"] = True
+        except GeneratorExit:
+            rec["cancelled"] = True
+            raise
+
+
+class LengthAsr(FakeAsr):
+    """Transcript depends on how much audio it is given: the part before a pause vs the whole."""
+
+    def __init__(self, split_s):
+        super().__init__()
+        self.split_s = split_s
+
+    def transcribe(self, pcm, prompt=None):
+        r = super().transcribe(pcm, prompt)
+        text = "how do I reset my router" if len(pcm) / SR < self.split_s else \
+            "how do I reset my router and keep my settings"
+        return r.model_copy(update={"text": text})
+
+
+async def paced(call: CallSession, x: np.ndarray, chunk: int = 320):
+    """Feed at real-time pace (20 ms chunks), so the pause → turn end window really elapses."""
+    events = []
+    task = asyncio.create_task(_gather(call, events))
+    t0 = time.monotonic()
+    for i in range(0, len(x), chunk):
+        await call.feed_audio(float_to_pcm16(x[i : i + chunk]))
+        delay = t0 + (i + chunk) / SR - time.monotonic()
+        await asyncio.sleep(max(delay, 0))
+    await call.end_of_input()
+    await call.close()
+    await task
+    return events
+
+
+def one_reply(events) -> bool:
+    return sum(e.type == "audio_start" for e in events) == 1 and sum(e.type == "audio_end" for e in events) == 1
+
+
+@pytest.mark.audio
+def test_speculative_reply_is_ready_when_the_caller_stops(question_16k):
+    x = np.concatenate([question_16k, np.zeros(SR, np.float32)])
+    tts = SlowTts(delay=0.25)
+    call, session, asr, _ = make(tts=tts, barge_in=False)
+    ev = asyncio.run(paced(call, x))
+    assert kinds(ev) == ["transcript", "decision", "audio_start", "audio_chunk", "audio_end"]
+    # one render only: the one started at the pause, from the preview; nothing rendered anew
+    assert tts.requests == [session.message] and session.previews == [asr.text]
+    assert len(session.turns) == 1 and len(asr.calls) == 1 and not session.overlapped
+    t = call.timings[0]
+    assert t["speculative_reply"] == 1.0 and t["speculative_reply_lead"] > 100  # began before turn end
+    # The caller hears the reply sooner than one sentence takes to render.
+    assert t["turn_end_to_first_audio"] < tts.delay * 1000 - 50
+    audio = b"".join(e.data for e in ev if e.type == "audio_chunk")
+    assert abs(len(audio) / 2 / SR - 0.4) < 0.01  # both sentences, once
+
+
+@pytest.mark.audio
+def test_speech_after_the_pause_cancels_the_speculative_reply(question_16k):
+    from voice_agent.vad import speech_probabilities
+
+    p = speech_probabilities(question_16k)  # espeak leaves silence after the words: cut it
+    q = question_16k[: (int(np.flatnonzero(p > 0.5)[-1]) + 2) * 512]
+    gap = np.zeros(int(0.3 * SR), np.float32)  # longer than pause_ms (200), shorter than end (500)
+    x = np.concatenate([q, gap, q, np.zeros(SR, np.float32)])
+    tts = SlowTts(delay=0.3)
+    session = FakeSession(message=lambda text: f"About: {text}.")
+    call, session, asr, _ = make(session=session, asr=LengthAsr(split_s=len(q) / SR + 0.5), tts=tts,
+                                 barge_in=False)
+    ev = asyncio.run(paced(call, x))
+    full = "how do I reset my router and keep my settings"
+    assert session.previews[0] == "how do I reset my router"  # previewed at the first pause ...
+    assert tts.log[0]["text"] == "About: how do I reset my router." and tts.log[0]["cancelled"]
+    assert tts.log[0]["rendered"] <= 1  # ... and cancelled when the caller went on
+    assert [t for t, _ in session.turns] == [full]  # one turn, on the whole utterance
+    assert ev[1].decision.message == f"About: {full}." and tts.requests[-1] == f"About: {full}."
+    assert one_reply(ev) and kinds(ev)[-1] == "audio_end" and not session.overlapped
+    audio = b"".join(e.data for e in ev if e.type == "audio_chunk")
+    assert abs(len(audio) / 2 / SR - 0.4) < 0.01  # only the final reply's audio went out
+
+
+@pytest.mark.audio
+def test_preview_differing_from_the_decision_speaks_the_decision(question_16k):
+    x = np.concatenate([question_16k, np.zeros(SR, np.float32)])
+    tts = SlowTts(delay=0.2)
+    call, session, _, _ = make(tts=tts, barge_in=False)
+    session.preview_message = "Something else entirely."
+    ev = asyncio.run(paced(call, x))
+    assert tts.requests == ["Something else entirely.", session.message]
+    assert tts.log[0]["cancelled"] and tts.log[1]["finished"]
+    assert ev[1].decision.message == session.message and one_reply(ev)
+    assert call.timings[0]["speculative_reply"] == 0.0
+    audio = b"".join(e.data for e in ev if e.type == "audio_chunk")
+    assert abs(len(audio) / 2 / SR - 0.4) < 0.01
+
+
+@pytest.mark.audio
+def test_speculative_transfer_signals_the_stored_handoff_after_its_audio(question_16k):
+    x = np.concatenate([question_16k, np.zeros(SR, np.float32)])
+    session = FakeSession(action=Action.transfer, message="Transferring you to billing now.")
+    session.preview_delay = 0.05  # widen the window in which preview and turn could overlap
+    tts = SlowTts(delay=0.2)
+    call, session, _, _ = make(session=session, tts=tts, barge_in=False)
+    ev = asyncio.run(paced(call, x))
+    assert kinds(ev) == ["transcript", "decision", "audio_start", "audio_chunk", "audio_end", "transfer"]
+    assert ev[-1].handoff.id == "h1"  # the real turn's stored package, not the preview's (none)
+    assert tts.requests == [session.message] and call.timings[0]["speculative_reply"] == 1.0
+    assert not session.overlapped
+
+
+@pytest.mark.unit
+def test_dropped_speculative_render_closes_its_iterator():
+    """A render nobody speaks is cancelled and closes the TTS iterator (releasing the worker)."""
+    from voice_agent.call import _Render
+
+    async def scenario():
+        tts = SlowTts(delay=0.1)
+        r = _Render(tts, "hello there.", asyncio.get_running_loop())
+        await asyncio.sleep(0.05)
+        r.cancel()
+        await r.future
+        return tts
+
+    tts = asyncio.run(scenario())
+    assert tts.log[0]["cancelled"] and tts.log[0]["rendered"] == 1

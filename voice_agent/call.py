@@ -7,8 +7,12 @@
 `CallSession` is one conversation: asyncio on the outside, CPU work in threads. Events come
 out of `events()` in order; the server, replay, mic and bench all consume the same stream.
 
-Latency: when the caller has been quiet for `pause_ms` (300 ms) we already transcribe the turn
-so far; when the turn really ends (`end_silence_ms`, 500 ms) that transcript is usually ready.
+Latency: when the caller has been quiet for `pause_ms` (200 ms) we already transcribe the turn
+so far, decide what we would say (`Session.preview`, which records nothing) and start rendering
+that message into a buffer; nothing is emitted. When the turn really ends (`end_silence_ms`,
+500 ms) with no more speech, the real turn and pre-TTS recheck run as always, and if the final
+message is exactly the previewed one its buffered audio goes out at once; otherwise the early
+render is cancelled and the final message is spoken. Speech after the pause discards it all.
 Barge-in: while a reply plays, the microphone goes to a `BargeInDetector` that cancels the
 reply's echo; when the caller talks over the reply we stop its audio, emit `ClearEvent`, and the
 caller's speech (from just before its onset) becomes the next turn.
@@ -46,7 +50,8 @@ class CallConfig(BaseModel):
     output_encoding: Literal["pcm16", "mulaw"] = "pcm16"
     barge_in: bool = True
     speculative_asr: bool = True  # transcribe at the first pause, before the turn ends
-    pause_ms: int = 300
+    speculative_reply: bool = True  # also preview the decision and render its audio at the pause
+    pause_ms: int = 200
     vad_threshold: float = 0.5
     min_speech_ms: int = 200
     pre_roll_ms: int = 200
@@ -162,6 +167,12 @@ class VoiceRuntime:
             self.tts.close()
 
 
+def _cancel_render(task: asyncio.Task) -> None:
+    """Done-callback of a dropped speculative task: a render it started anyway is cancelled."""
+    if not task.cancelled() and task.exception() is None and task.result() is not None:
+        task.result().cancel()
+
+
 def _start_quietly(client: Any) -> None:
     try:
         client.start()
@@ -179,10 +190,55 @@ class _Turn(BaseModel):
     text: str | None = None  # typed turn
     ended_at: float = 0.0  # monotonic time the turn ended (VAD turn_end / text received)
     speculative: Any = None  # asyncio.Task with an AsrResult for the same audio, if any
+    spec_reply: Any = None  # asyncio.Task with a buffered `_Render` of the previewed reply (or None)
     reason: str = ""
 
 
 _DONE = object()
+
+
+class _Render:
+    """One TTS render in a worker thread, its chunks buffered in an asyncio queue.
+
+    Rendering starts at once; whoever speaks it drains `q` (chunks, an exception, then `_DONE`).
+    `cancel()` makes the thread stop after the chunk it is waiting for and close the TTS
+    iterator, which releases the TTS client's lock and cancels the rest in the worker."""
+
+    def __init__(self, tts: Any, text: str, loop: asyncio.AbstractEventLoop):
+        self.text = text
+        self.q: asyncio.Queue[Any] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self._loop = loop
+        self.started_at = time.monotonic()
+        self.first_chunk_at: float | None = None  # when its first audio was rendered
+        self.future = loop.run_in_executor(None, self._run, tts)
+
+    def _put(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self.q.put_nowait, item)
+        except RuntimeError:  # the loop is gone (call torn down): nobody listens any more
+            pass
+
+    def _run(self, tts: Any) -> None:
+        gen: Iterator[Any] | None = None
+        try:
+            gen = iter(tts.synthesize(self.text))
+            for chunk in gen:
+                if self.cancelled.is_set():
+                    break
+                if self.first_chunk_at is None:
+                    self.first_chunk_at = time.monotonic()
+                self._put(chunk)
+        except BaseException as e:  # noqa: BLE001 - handed to the event loop
+            self._put(e)
+        finally:
+            close = getattr(gen, "close", None)
+            if close:
+                close()  # a cancelled render stops the rest (and frees the TTS lock)
+            self._put(_DONE)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
 
 
 class CallSession:
@@ -206,6 +262,9 @@ class CallSession:
         self._turns: asyncio.Queue[Any] = asyncio.Queue()
         self._worker: asyncio.Task | None = None
         self._speculative: tuple[int, asyncio.Task] | None = None  # (turn number, task)
+        self._spec_reply: asyncio.Task | None = None  # preview + buffered render for that pause
+        self._decide_lock = threading.Lock()  # preview and turn share session state: one at a time
+        self._running_turn = False
         self._turn_no = 0
         self._playing_id: str | None = None
         self._cancel_reply = threading.Event()
@@ -233,6 +292,7 @@ class CallSession:
 
     async def text_turn(self, text: str) -> None:
         """A typed turn: skips ASR, otherwise the same path (policy, recheck, TTS)."""
+        self._drop_spec_reply()
         self._ensure_worker()
         await self._turns.put(_Turn(text=text, ended_at=time.monotonic()))
 
@@ -260,6 +320,7 @@ class CallSession:
                 pass
         if self._speculative is not None:
             self._speculative[1].cancel()
+        self._drop_spec_reply()
         await self._events.put(_DONE)
 
     # -- audio routing -----------------------------------------------------------------------
@@ -299,20 +360,66 @@ class CallSession:
         for e in events:
             if e.type == "speech_start":
                 self._turn_no += 1
+                self._drop_spec_reply()
             elif e.type == "pause" and self.config.speculative_asr and e.audio is not None:
                 if self._speculative is not None:
                     self._speculative[1].cancel()
-                self._speculative = (self._turn_no, asyncio.ensure_future(self._transcribe(e.audio)))
+                self._drop_spec_reply()
+                asr = asyncio.ensure_future(self._transcribe(e.audio))
+                self._speculative = (self._turn_no, asr)
+                # Only when no earlier turn is still being answered: its reply must not wait for
+                # our render (one TTS worker), and its turn must be decided before we preview.
+                if (self.config.speculative_reply and self.runtime.tts is not None
+                        and not self._running_turn and self._turns.empty()):
+                    self._spec_reply = asyncio.ensure_future(self._speculate(asr))
             elif e.type == "turn_end" and e.audio is not None:
-                spec = None
+                spec = spec_reply = None
                 pause_s = self.config.pause_ms / 1000
                 if (self._speculative is not None and self._speculative[0] == self._turn_no
                         and e.reason in ("silence", "flush") and e.trailing_silence_s >= pause_s - 1e-6):
                     spec = self._speculative[1]
+                    spec_reply, self._spec_reply = self._spec_reply, None
                 self._speculative = None
+                self._drop_spec_reply()
                 self._ensure_worker()
                 self._turns.put_nowait(_Turn(audio=e.audio, ended_at=time.monotonic(), speculative=spec,
-                                             reason=e.reason or ""))
+                                             spec_reply=spec_reply, reason=e.reason or ""))
+        if self._spec_reply is not None and self._vad.in_speech and self._vad.last_prob >= self._vad.threshold:
+            self._drop_spec_reply()  # the caller spoke again after the pause: that reply is stale
+
+    # -- speculative reply -------------------------------------------------------------------
+    async def _speculate(self, asr: asyncio.Task) -> _Render | None:
+        """At a pause: the transcript so far → what we would answer → its audio, buffered."""
+        from policy.engine import AsrSignal
+
+        res = await asyncio.shield(asr)  # dropping this reply must not cancel the transcription
+        if res.low_confidence or not res.text.strip():
+            return None
+        signal = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob,
+                           low_confidence=res.low_confidence, raw_text=res.text)
+        decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
+        if not decision.message.strip():
+            return None
+        return _Render(self.runtime.tts, decision.message, asyncio.get_running_loop())
+
+    def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
+        """Discard a speculative reply: stop its preview, or cancel its render (closing the TTS
+        iterator, so the real reply is not kept waiting for the TTS worker)."""
+        if task is None:
+            task, self._spec_reply = self._spec_reply, None
+        if task is None:
+            return
+        if task.done():
+            if not task.cancelled() and task.exception() is None and task.result() is not None:
+                task.result().cancel()
+        else:
+            task.add_done_callback(_cancel_render)
+            task.cancel()
+
+    def _locked(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        """Run a session method with the per-call lock (in a worker thread)."""
+        with self._decide_lock:
+            return fn(*args, **kw)
 
     # -- the turn worker ---------------------------------------------------------------------
     def _ensure_worker(self) -> None:
@@ -322,6 +429,7 @@ class CallSession:
     async def _work(self) -> None:
         while True:
             turn = await self._turns.get()
+            self._running_turn = True
             try:
                 await self._run_turn(turn)
             except asyncio.CancelledError:
@@ -330,6 +438,9 @@ class CallSession:
                 LOG.exception("turn failed (call %s)", self.id)
                 self._emit(ErrorEvent(code="turn_failed", message=f"{type(e).__name__}: {e}"))
             finally:
+                self._running_turn = False
+                if turn.spec_reply is not None:  # unused (or already cancelled): make sure it stops
+                    self._drop_spec_reply(turn.spec_reply)
                 self._turns.task_done()
 
     async def _transcribe(self, audio: np.ndarray) -> Any:
@@ -341,6 +452,7 @@ class CallSession:
 
         timings: dict[str, float] = {}
         asr_signal = None
+        render: _Render | None = None  # the previewed reply's audio, rendered since the pause
         if turn.text is not None:
             text = turn.text
         else:
@@ -354,6 +466,9 @@ class CallSession:
                     res = None
             if res is None:
                 res = await self._transcribe(turn.audio)
+                if turn.spec_reply is not None:
+                    self._drop_spec_reply(turn.spec_reply)
+                    turn.spec_reply = None
             timings["asr"] = res.elapsed_ms
             timings["asr_wait"] = (time.monotonic() - turn.ended_at) * 1000  # turn end → transcript
             timings["asr_speculative"] = spec_hit
@@ -362,34 +477,61 @@ class CallSession:
             asr_signal = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob,
                                    low_confidence=res.low_confidence, raw_text=raw)
             self._emit(TranscriptEvent(text=text, final=True, raw_text=raw, low_confidence=res.low_confidence))
+            if turn.spec_reply is not None:
+                # Same audio, same transcript: the preview must run before this turn, on the
+                # conversation as it was; usually it finished (and the render began) long ago.
+                spec_reply, turn.spec_reply = turn.spec_reply, None
+                try:
+                    await asyncio.wait({spec_reply})  # unlike `await`, a cancelled call does not cancel it
+                except BaseException:
+                    self._drop_spec_reply(spec_reply)
+                    raise
+                if not spec_reply.cancelled() and spec_reply.exception() is None:
+                    render = spec_reply.result()
+                elif not spec_reply.cancelled():
+                    LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
 
-        out = await asyncio.to_thread(self.session.turn, text, asr=asr_signal, timings_ms=timings)
-        decision = await asyncio.to_thread(self.session.recheck_before_speech, out.decision, out.audit_id)
+        try:
+            out = await asyncio.to_thread(self._locked, self.session.turn, text, asr=asr_signal, timings_ms=timings)
+            decision = await asyncio.to_thread(self._locked, self.session.recheck_before_speech, out.decision,
+                                               out.audit_id)
+        except BaseException:
+            if render is not None:
+                render.cancel()
+            raise
         timings.update(out.timings_ms)
         timings["turn_end_to_decision"] = (time.monotonic() - turn.ended_at) * 1000
+        if render is not None and render.text != decision.message:
+            render.cancel()  # the final words differ from the preview's: render them afresh
+            render = None
+        if turn.text is None:
+            timings["speculative_reply"] = 1.0 if render is not None else 0.0
+            if render is not None:  # how long before the turn ended its render began (< 0: after)
+                timings["speculative_reply_lead"] = (turn.ended_at - render.started_at) * 1000
         self._emit(DecisionEvent(decision=decision, timings_ms=dict(timings)))
 
-        first_audio_at = await self._speak_decision(decision, out.normalized_question or text)
+        first_audio_at = await self._speak_decision(decision, out.normalized_question or text, render)
         if first_audio_at is not None:
             timings["tts_first_audio"] = (first_audio_at - turn.ended_at) * 1000 - timings["turn_end_to_decision"]
             timings["turn_end_to_first_audio"] = (first_audio_at - turn.ended_at) * 1000
         self.timings.append(timings)
-        late = {k: v for k, v in timings.items() if k.startswith(("asr", "tts", "turn_end"))}
+        late = {k: v for k, v in timings.items() if k.startswith(("asr", "tts", "turn_end", "speculative"))}
         try:
-            await asyncio.to_thread(self.session.record_timings, out.audit_id, late)
+            await asyncio.to_thread(self._locked, self.session.record_timings, out.audit_id, late)
         except Exception:  # noqa: BLE001 - timings are nice to have
             LOG.warning("could not record timings for %s", out.audit_id)
 
-    async def _speak_decision(self, decision: Decision, question: str) -> float | None:
-        """Speak the decision; a transfer's package follows its spoken message. If TTS is down,
-        degrade to a spoken (or at least signalled) transfer: never dead air."""
+    async def _speak_decision(self, decision: Decision, question: str, render: _Render | None = None) -> float | None:
+        """Speak the decision (from `render` when its audio was rendered early); a transfer's
+        package follows its spoken message. If TTS is down, degrade to a spoken (or at least
+        signalled) transfer: never dead air."""
         from .tts import TtsUnavailable
 
         try:
-            first = await self._speak(decision.message)
+            first = await self._speak(decision.message, render)
         except TtsUnavailable as e:
             LOG.warning("TTS unavailable (call %s): %s", self.id, e)
-            decision = self._tts_transfer(decision, question)
+            decision = await asyncio.to_thread(self._locked, self._tts_transfer, decision, question)
             self._emit(DecisionEvent(decision=decision))
             try:
                 first = await self._speak(decision.message)
@@ -405,34 +547,22 @@ class CallSession:
         message = TTS_FAILED_MESSAGE.format(team=team.replace("_", " "))
         return self.session.degrade_to_transfer(decision, Reason.tts_unavailable, message, question)
 
-    async def _speak(self, text: str) -> float | None:
-        """Render `text` and emit it; returns the monotonic time of the first audio chunk."""
+    async def _speak(self, text: str, render: _Render | None = None) -> float | None:
+        """Emit `text` as audio, from `render` (already rendering, maybe with chunks waiting)
+        or from a new render; returns the monotonic time of the first audio chunk."""
         tts = self.runtime.tts
         if tts is None or not text.strip():
+            if render is not None:
+                render.cancel()
             return None
         c = self.config
         reply_id = uuid.uuid4().hex[:12]
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Any] = asyncio.Queue()
-        self._cancel_reply.clear()
-        cancel = self._cancel_reply
-
-        def render() -> None:
-            gen: Iterator[Any] = iter(tts.synthesize(text))
-            try:
-                for chunk in gen:
-                    if cancel.is_set():
-                        break
-                    loop.call_soon_threadsafe(q.put_nowait, chunk)
-            except BaseException as e:  # noqa: BLE001 - handed to the event loop
-                loop.call_soon_threadsafe(q.put_nowait, e)
-            finally:
-                close = getattr(gen, "close", None)
-                if close:
-                    close()  # a cancelled reply stops rendering the rest
-                loop.call_soon_threadsafe(q.put_nowait, _DONE)
-
-        worker = loop.run_in_executor(None, render)
+        if render is None or render.text != text:
+            if render is not None:
+                render.cancel()
+            render = _Render(tts, text, asyncio.get_running_loop())
+        self._cancel_reply = cancel = render.cancelled  # a barge-in (or close) cancels this reply
+        q, worker = render.q, render.future
         out_rs: Resampler | None = None
         ref_rs: Resampler | None = None
         first: float | None = None
@@ -465,6 +595,9 @@ class CallSession:
                 if out_rs is not None:
                     self._send(reply_id, out_rs.flush())
                 self._emit(AudioEnd(id=reply_id))
+        except BaseException:
+            render.cancel()  # a failed or torn-down reply stops rendering (and frees the TTS worker)
+            raise
         finally:
             await worker
         return first
