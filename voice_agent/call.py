@@ -51,6 +51,10 @@ class CallConfig(BaseModel):
     barge_in: bool = True
     speculative_asr: bool = True  # transcribe at the first pause, before the turn ends
     speculative_reply: bool = True  # also preview the decision and render its audio at the pause
+    # Render a reply at most this many seconds ahead of its playback (None: as fast as possible).
+    # Live calls pace so concurrent calls share the CPU for first sentences, not for audio nobody
+    # has heard yet (a barge-in would throw it away); replays and evaluation render straight through.
+    reply_lead_s: float | None = 2.0
     pause_ms: int = 200
     vad_threshold: float = 0.5
     min_speech_ms: int = 200
@@ -204,8 +208,9 @@ class _Render:
     `cancel()` makes the thread stop after the chunk it is waiting for and close the TTS
     iterator, which releases the TTS client's lock and cancels the rest in the worker."""
 
-    def __init__(self, tts: Any, text: str, loop: asyncio.AbstractEventLoop):
+    def __init__(self, tts: Any, text: str, loop: asyncio.AbstractEventLoop, lead_s: float | None = None):
         self.text = text
+        self.lead_s = lead_s
         self.q: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = threading.Event()
         self._loop = loop
@@ -223,12 +228,19 @@ class _Render:
         gen: Iterator[Any] | None = None
         try:
             gen = iter(tts.synthesize(self.text))
+            rendered = 0.0  # seconds of audio handed out so far
             for chunk in gen:
                 if self.cancelled.is_set():
                     break
                 if self.first_chunk_at is None:
                     self.first_chunk_at = time.monotonic()
                 self._put(chunk)
+                rendered += len(chunk.pcm) / chunk.sample_rate
+                # Pacing: stop pulling while far ahead of playback; the worker then blocks on its
+                # full pipe, leaving the CPU to other calls' first sentences.
+                while self.lead_s is not None and not self.cancelled.is_set() \
+                        and rendered - (time.monotonic() - self.first_chunk_at) > self.lead_s:
+                    self.cancelled.wait(0.05)
         except BaseException as e:  # noqa: BLE001 - handed to the event loop
             self._put(e)
         finally:
@@ -400,7 +412,7 @@ class CallSession:
         decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
         if not decision.message.strip():
             return None
-        return _Render(self.runtime.tts, decision.message, asyncio.get_running_loop())
+        return _Render(self.runtime.tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s)
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
         """Discard a speculative reply: stop its preview, or cancel its render (closing the TTS
@@ -560,7 +572,7 @@ class CallSession:
         if render is None or render.text != text:
             if render is not None:
                 render.cancel()
-            render = _Render(tts, text, asyncio.get_running_loop())
+            render = _Render(tts, text, asyncio.get_running_loop(), c.reply_lead_s)
         self._cancel_reply = cancel = render.cancelled  # a barge-in (or close) cancels this reply
         q, worker = render.q, render.future
         out_rs: Resampler | None = None

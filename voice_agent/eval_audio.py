@@ -29,7 +29,7 @@ def default_config() -> Any:
 
     # Audio is fed faster than real time, so a later turn would "interrupt" an earlier reply that is
     # still being rendered; barge-in is off so every turn's reply is rendered whole.
-    return CallConfig(input_rate=RATE, barge_in=False)
+    return CallConfig(input_rate=RATE, barge_in=False, reply_lead_s=None)
 
 
 async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str) -> tuple[list[str], list[Decision], list[str]]:

@@ -37,7 +37,7 @@ async def replay(runtime: Any, pcm: np.ndarray, *, role: str = "public", facets:
     from .call import CallConfig
 
     # Fed faster than real time: barge-in would cut replies short, so it is off here.
-    call = runtime.new_call(role=role, facets=facets, config=CallConfig(barge_in=False, output_rate=SR))
+    call = runtime.new_call(role=role, facets=facets, config=CallConfig(barge_in=False, output_rate=SR, reply_lead_s=None))
     turns: list[dict[str, Any]] = []
     audio: dict[str, list[bytes]] = {}
     order: list[str] = []
