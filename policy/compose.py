@@ -10,10 +10,14 @@ from .decision import Action, Citation, Reason
 from .evidence import GradedHit
 from .extract import pick_sentences, sentences
 from .gates import GateOutcome
+from .normalize import common_words
 
 def _speakable_source(g: GradedHit) -> str:
     title = g.hit.title.rstrip(".")
-    title = title[0].lower() + title[1:] if title[:1].isupper() and not title[:2].isupper() else title
+    first, _, rest = title.partition(" ")
+    # "Early cancellation refunds" -> "early …", but names stay as written ("Northbeam Hub 3")
+    if first.lower() in common_words():
+        title = f"{first.lower()} {rest}".strip()
     version = f", version {g.hit.version}" if g.hit.version else ""
     return f"According to our {title}{version}"
 
