@@ -78,6 +78,14 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
                                 [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered]))
+    # A clear semantic winner: one section far closer in meaning than any other, and close in
+    # absolute terms, is the answer to a paraphrase that shares few words with it.
+    by_dense = sorted((g for g in graded if g.dense is not None), key=lambda g: -(g.dense or 0.0))
+    if len(by_dense) >= 2:
+        top, second = by_dense[0], by_dense[1]
+        if (top.dense or 0) >= th.strong_dense and (top.dense or 0) - (second.dense or 0) >= th.competitor_margin \
+                and top.coverage > 0:
+            top.relevant = top.answers = True
     graded.sort(key=lambda g: g.score, reverse=True)
     return graded
 
