@@ -46,8 +46,16 @@ def _counts(term: str) -> bool:
     return term not in FRAME_TERMS and not (len(term) == 1 and term.isalpha())
 
 
+def _joined_forms(terms: list[str]) -> set[str]:
+    """'citycentr' when 'city' and 'centr' are terms too: a hyphenated word counted once."""
+    ts = set(terms)
+    return {t for t in ts if any(t.startswith(a) and t[len(a):] in ts for a in ts if a != t)}
+
+
 def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8) -> float:
     terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t)]
+    joined = _joined_forms(terms)
+    terms = [t for t in terms if t not in joined]
     if not terms:
         return 0.0
     w = {t: max(weights.get(t, 1.0), 0.05) for t in terms}
@@ -77,7 +85,8 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
             score = 0.5 * dense + 0.5 * cov
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
-                                [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered]))
+                                [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered
+                                 and t not in _joined_forms(hit.covered_terms + hit.missing_terms)]))
     # A clear semantic winner: one section far closer in meaning than any other, and close in
     # absolute terms, is the answer to a paraphrase that shares few words with it.
     by_dense = sorted((g for g in graded if g.dense is not None), key=lambda g: -(g.dense or 0.0))

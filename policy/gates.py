@@ -205,7 +205,8 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # word). Outdated and future documents do not set today's risk.
     top_active = competitors([g for g in graded if g.active], cfg.thresholds.competitor_margin)
     risky = [g for g in top_active if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
-             and (g.dense is None or g.dense >= cfg.thresholds.risk_min_dense)
+             # a critical topic (an emergency) goes to a human on any relevant evidence
+             and (g.dense is None or g.dense >= cfg.thresholds.risk_min_dense or g.hit.risk == "critical")
              and (g is top_active[0] or (g.has_fact and g.coverage >= top_active[0].coverage - 1e-9
                                          and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2))]
     # High risk with only partial evidence still goes to a human: the section closest in meaning
@@ -215,7 +216,7 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
         closest = by_meaning[0]
         safe = [g for g in by_meaning if RISK_ORDER[g.hit.risk] < RISK_ORDER["high"]]
         runner_up = (safe[0].dense or 0.0) if safe else 0.0
-        if (closest.dense or 0) >= cfg.thresholds.answer_dense and closest.coverage > 0 \
+        if (closest.dense or 0) >= cfg.thresholds.answer_dense and closest.coverage >= cfg.thresholds.min_coverage / 2 \
                 and (closest.dense or 0) - runner_up >= cfg.thresholds.competitor_margin:
             risky = [closest]
     if m := approval_action(q, cfg):
