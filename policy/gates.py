@@ -111,7 +111,7 @@ def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> f
     total = sum(weights.get(t, 1.0) for t in terms) or 1.0
     # only a term one section names outright and the other does not say at all (a word-similarity
     # match is too weak to tell two topics apart)
-    diff = (ea - cb) | (eb - ca)
+    diff = {t for t in (ea - cb) | (eb - ca) if not t[:1].isdigit()}  # the disputed figures themselves
     return sum(weights.get(t, 1.0) for t in diff) / total
 
 
