@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["cli", "run_bench"]
+__all__ = ["cli", "run_bench", "percentile", "peak_rss_mb"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,17 +36,19 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _rss_mb() -> float:
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process (every benchmark reports it)."""
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return round(kb / 1024 if sys.platform != "darwin" else kb / 1024 / 1024, 1)
 
 
-def _pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return 0.0
-    i = min(len(s) - 1, max(0, int(round(q / 100 * (len(s) - 1)))))
-    return s[i]
+def percentile(xs: list[float], q: float) -> float | None:
+    """The q-th percentile (linear interpolation), None for no samples; shared by all benchmarks."""
+    if not xs:
+        return None
+    import numpy as np
+
+    return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
 
 
 def _prefill_cache(kb, cache_dir: Path, sample: int, seed: int) -> dict:
@@ -103,9 +105,9 @@ def run_bench(sections: int, queries: int, dense: bool, engine: str, role: str =
             "sections": len(kb.sections), "docs": len(kb.docs), "visible_sections": res.visible_sections,
             "lexical_engine": engine, "dense": dense, "queries": queries,
             "write_s": round(t1 - t0, 2), "load_s": round(t2 - t1, 2), "build_s": round(t3 - t2, 2),
-            "p50_ms": round(_pct(lat, 50), 2), "p95_ms": round(_pct(lat, 95), 2),
+            "p50_ms": round(percentile(lat, 50) or 0.0, 2), "p95_ms": round(percentile(lat, 95) or 0.0, 2),
             "mean_ms": round(sum(lat) / len(lat), 2) if lat else 0.0,
-            "answered_frac": round(hits / max(1, queries), 3), "rss_mb": _rss_mb(),
+            "answered_frac": round(hits / max(1, queries), 3), "rss_mb": peak_rss_mb(),
             "cores": os.cpu_count() or 1, "load_problems": len(kb.problems),
             "embed_cache": r.cache_status, **extra,
         }

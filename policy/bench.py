@@ -6,16 +6,10 @@ import argparse
 import datetime as dt
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-
-def _pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * (len(s) - 1)))))] if s else 0.0
 
 
 def cli(argv: list[str]) -> int:
@@ -25,7 +19,7 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--no-dense", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from kb.bench import _rss_mb
+    from kb.bench import peak_rss_mb, percentile
     from kb.loader import load_kb
     from kb.retrieve import Retriever
     from kb.synthetic import synthetic_queries, write_synthetic_kb
@@ -54,10 +48,10 @@ def cli(argv: list[str]) -> int:
                 stages.setdefault(k, []).append(v)
             actions[out.decision.action.value] = actions.get(out.decision.action.value, 0) + 1
     res = {"sections": len(kb.sections), "queries": args.queries, "build_s": round(build_s, 2),
-           "p50_ms": round(_pct(totals, 50), 2), "p95_ms": round(_pct(totals, 95), 2),
-           "stages": {k: {"p50_ms": round(statistics.median(v), 3), "p95_ms": round(_pct(v, 95), 3)}
+           "p50_ms": round(percentile(totals, 50) or 0.0, 2), "p95_ms": round(percentile(totals, 95) or 0.0, 2),
+           "stages": {k: {"p50_ms": round(percentile(v, 50) or 0.0, 3), "p95_ms": round(percentile(v, 95) or 0.0, 3)}
                       for k, v in stages.items()},
-           "actions": actions, "rss_mb": _rss_mb(), "cores": os.cpu_count() or 1}
+           "actions": actions, "rss_mb": peak_rss_mb(), "cores": os.cpu_count() or 1}
     print(f"decide: {res['sections']} sections, {args.queries} turns, build {res['build_s']} s, "
           f"cores {res['cores']}")
     print(f"turn p50 {res['p50_ms']} ms, p95 {res['p95_ms']} ms (incl. fsync'd audit write); actions {actions}")

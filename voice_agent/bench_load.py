@@ -42,11 +42,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _percentile(xs: list[float], q: float) -> float | None:
-    if not xs:
-        return None
-    import numpy as np
+    from kb.bench import percentile
 
-    return round(float(np.percentile(np.asarray(xs, dtype=np.float64), q)), 1)
+    v = percentile(xs, q)
+    return None if v is None else round(v, 1)
 
 
 def _rss_mb(pid: int) -> tuple[float | None, float | None]:

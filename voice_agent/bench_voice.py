@@ -66,7 +66,10 @@ def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
 
 
 def _pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(xs, q)) if xs else float("nan")
+    from kb.bench import percentile
+
+    v = percentile(xs, q)
+    return float("nan") if v is None else v
 
 
 async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) -> list[dict[str, float]]:
