@@ -20,6 +20,7 @@ caller's speech (from just before its onset) becomes the next turn.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import logging
 import threading
 import time
@@ -55,6 +56,10 @@ class CallConfig(BaseModel):
     # Live calls pace so concurrent calls share the CPU for first sentences, not for audio nobody
     # has heard yet (a barge-in would throw it away); replays and evaluation render straight through.
     reply_lead_s: float | None = 2.0
+    # When a turn would be refused for lack of evidence, transcribe it once more with the KB's
+    # terms as whisper's prompt; use that transcript only if it stays close to the first one and
+    # finds evidence ("light payment fee" -> "late payment fee"). The policy still checks it all.
+    asr_repair: bool = True
     pause_ms: int = 200
     vad_threshold: float = 0.5
     min_speech_ms: int = 200
@@ -152,6 +157,15 @@ class VoiceRuntime:
     def vocabulary(self, role: str) -> list[str]:
         return self.engine.vocabulary(role)  # cached per role by the engine
 
+    def repair_prompt(self, role: str) -> str | None:
+        """KB terms (visible to this role) for the second-pass transcription of a refused turn."""
+        key = f"repair:{role}"
+        if key not in self._prompts:
+            from .asr import build_prompt
+
+            self._prompts[key] = build_prompt(self.vocabulary(role))
+        return self._prompts[key]
+
     def asr_prompt(self, role: str) -> str | None:
         """ASR bias per role: a caller never gets a restricted document's words in the prompt."""
         if getattr(self.transcriber, "bias", "prompt") != "prompt":
@@ -199,6 +213,9 @@ class _Turn(BaseModel):
 
 
 _DONE = object()
+# Refusals for lack of evidence: the ones a misheard word can cause.
+_EVIDENCE_REFUSALS = {Reason.no_relevant_evidence, Reason.low_retrieval_score, Reason.required_fact_not_covered,
+                      Reason.background_only, Reason.partial_evidence}
 
 
 class _Render:
@@ -211,6 +228,7 @@ class _Render:
     def __init__(self, tts: Any, text: str, loop: asyncio.AbstractEventLoop, lead_s: float | None = None):
         self.text = text
         self.lead_s = lead_s
+        self.decision: Decision | None = None  # the previewed decision this audio speaks
         self.q: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = threading.Event()
         self._loop = loop
@@ -412,7 +430,9 @@ class CallSession:
         decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
         if not decision.message.strip():
             return None
-        return _Render(self.runtime.tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s)
+        render = _Render(self.runtime.tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s)
+        render.decision = decision
+        return render
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
         """Discard a speculative reply: stop its preview, or cancel its render (closing the TTS
@@ -459,6 +479,31 @@ class CallSession:
         rt = self.runtime
         return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "")
 
+    async def _repair_transcript(self, audio: np.ndarray, text: str, signal: Any,
+                                 first: Decision | None) -> tuple[str, Any] | None:
+        """A second, KB-biased transcription for a turn about to be refused for lack of evidence.
+        Returns (text, signal) when it stays close to the first transcript and finds evidence."""
+        from policy.engine import AsrSignal
+
+        if first is None:
+            first = await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
+        if first.action != Action.refuse or not set(first.reasons) & _EVIDENCE_REFUSALS:
+            return None
+        prompt = self.runtime.repair_prompt(self.role)
+        if not prompt:
+            return None
+        res = await asyncio.to_thread(self.runtime.transcriber.transcribe, audio, prompt=prompt)
+        new = res.text.strip()
+        if res.low_confidence or not new or new.lower() == text.strip().lower():
+            return None
+        # a repair changes a word or two; a different sentence is the prompt talking, not the caller
+        if difflib.SequenceMatcher(None, text.lower().split(), new.lower().split()).ratio() < 0.6:
+            return None
+        sig = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob, low_confidence=False,
+                        raw_text=new)
+        second = await asyncio.to_thread(self._locked, self.session.preview, new, asr=sig)
+        return (new, sig) if second.action != Action.refuse else None
+
     async def _run_turn(self, turn: _Turn) -> None:
         from policy.engine import AsrSignal
 
@@ -502,6 +547,13 @@ class CallSession:
                     render = spec_reply.result()
                 elif not spec_reply.cancelled():
                     LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
+            if self.config.asr_repair and not res.low_confidence and turn.audio is not None:
+                repaired = await self._repair_transcript(turn.audio, text, asr_signal,
+                                                         render.decision if render is not None else None)
+                timings["asr_repaired"] = 1.0 if repaired else 0.0
+                if repaired:
+                    text, asr_signal = repaired
+                    self._emit(TranscriptEvent(text=text, final=True, raw_text=raw, low_confidence=False))
 
         try:
             out = await asyncio.to_thread(self._locked, self.session.turn, text, asr=asr_signal, timings_ms=timings)
