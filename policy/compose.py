@@ -8,7 +8,7 @@ import re
 from .config import PolicyConfig
 from .decision import Action, Citation, Reason
 from .evidence import GradedHit
-from .extract import pick_sentences, sentences
+from .extract import pick_sentences
 from .gates import GateOutcome
 from .normalize import common_words
 
@@ -30,25 +30,25 @@ def topic_phrase(question: str) -> str:
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
 
 
-def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation], list[str]]:
-    """Returns (message, citations, quotes) for a gate outcome."""
+def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation]]:
+    """The spoken message and its citations for a gate outcome."""
     kind = str(o.signals.get("fact_kind", "any"))
     topic = topic_phrase(question)
     if o.action == Action.answer:
         g = o.evidence[0]
         body = " ".join(pick_sentences(g, question, kind))
         cite = Citation(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version)
-        return f"{_speakable_source(g)}: {body}", [cite], [body]
+        return f"{_speakable_source(g)}: {body}", [cite]
 
     if o.action == Action.clarify:
         if Reason.asr_low_confidence in o.reasons:
-            return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", [], []
+            return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", []
         asks = [cfg.facet_questions.get(k, f"Could you tell me your {k.replace('_', ' ')}? "
                                          "The answer depends on it.") for k in o.missing_information]
         if len(asks) > 1:
             keys = " and ".join(k.replace("_", " ") for k in o.missing_information)
-            return f"To answer that correctly I need two things: your {keys}. {asks[0]}", [], []
-        return asks[0], [], []
+            return f"To answer that correctly I need two things: your {keys}. {asks[0]}", []
+        return asks[0], []
 
     if o.action == Action.transfer:
         team = (o.team or cfg.default_team).replace("_", " ")
@@ -62,7 +62,7 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
             lead = "This is something a specialist needs to handle."
         msg = (f"{lead} I'm transferring you to our {team} team now. I'm passing along your question and "
                "what I found, so you won't need to repeat yourself.")
-        return msg, [], [_quote(g) for g in o.evidence]
+        return msg, []
 
     # refuse
     r = set(o.reasons)
@@ -88,9 +88,4 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
     else:
         msg = (f"I'm sorry, I can't confirm that. Nothing in our help information answers {topic}, "
                "and I don't want to guess. You can ask for an agent and I'll transfer you.")
-    return msg, [], []
-
-
-def _quote(g: GradedHit) -> str:
-    s = sentences(g.hit.text)
-    return " ".join(s[:2])
+    return msg, []

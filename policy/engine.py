@@ -305,7 +305,7 @@ class Session:
     # -- helpers ----------------------------------------------------------------------------
     def _decision(self, o: GateOutcome, question: str) -> Decision:
         cfg = self.engine.config
-        message, citations, _ = compose(o, question, cfg)
+        message, citations = compose(o, question, cfg)
         return Decision(action=o.action, message=message, citations=citations,
                         missing_information=o.missing_information, reasons=o.reasons,
                         evidence_status=o.evidence_status, risk_level=o.risk_level,  # type: ignore[arg-type]
