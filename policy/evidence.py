@@ -38,7 +38,7 @@ class GradedHit:
 FRAME_TERMS = frozenset(content_terms(
     "long much many take takes taking happen happens happened time times way ways work works "
     "mean means possible able thing sure kind sort find use using used have make do put give see "
-    "think believe guess wonder seem seems"))
+    "think believe guess wonder seem seems without come comes coming"))
 
 
 def _counts(term: str) -> bool:

@@ -406,6 +406,8 @@ def _repairs(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
         cand = vocab.close(core, cutoff=0.8)
         if cand is None:
             continue
+        if low.startswith(cand.lower()) or cand.lower().startswith(low):
+            continue  # a derived form of the term ("receptionist" / "reception"), not a mishearing
         ratio = difflib.SequenceMatcher(None, _key(core), _key(cand)).ratio()
         if cand[0].lower() != low[0] and ratio < 0.88:
             continue  # a different first sound needs a closer match
