@@ -262,7 +262,9 @@ class Transcriber:
         self.transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
         return (time.perf_counter() - t0) * 1000
 
-    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None) -> AsrResult:
+    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: bool = True) -> AsrResult:
+        """`fallback=False`: never redo a doubtful short-window decode with the full 30 s window
+        (for optional second passes, which must stay cheap)."""
         t0 = time.perf_counter()
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         duration = len(x) / SAMPLE_RATE
@@ -273,7 +275,7 @@ class Transcriber:
                 res = self._empty(duration)
             elif self.audio_ctx == "auto" and duration + self.ctx_margin_s <= 29.0:
                 res = self._decode_short(m.model, x, prompt)
-                if res.text and (looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
+                if fallback and res.text and (looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
                                  or "low_avg_logprob" in res.low_confidence_reasons):
                     res = self._decode_full(m.model, x, prompt)  # the shortcut may be what failed
             else:

@@ -36,6 +36,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--asr-model", default="tiny.en")
     p.add_argument("--end-silence-ms", type=int, default=500)
     p.add_argument("--no-speculative", action="store_true", help="transcribe only after the turn has ended")
+    p.add_argument("--no-asr-repair", action="store_true",
+                   help="skip the second, KB-biased transcription of turns about to be refused")
     p.add_argument("--no-speculative-reply", action="store_true",
                    help="transcribe at the pause, but decide and render the reply only after the turn has ended")
     p.add_argument("--pause-ms", type=int, default=None, help="VAD pause that starts the speculation "
@@ -182,9 +184,13 @@ def cli(argv: list[str]) -> int:
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
     load_s = time.perf_counter() - t
+    # Barge-in is off here (the recordings' turns do not wait for the reply to finish), so replies
+    # render straight through as in replay: paced rendering would hold the TTS worker for the next turn.
     config = CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
+                        reply_lead_s=None,
                         speculative_asr=not args.no_speculative,
                         speculative_reply=not (args.no_speculative or args.no_speculative_reply),
+                        asr_repair=not args.no_asr_repair,
                         **({"pause_ms": args.pause_ms} if args.pause_ms else {}))
     rows: list[dict[str, float]] = []
     try:

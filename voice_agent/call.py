@@ -492,7 +492,7 @@ class CallSession:
         prompt = self.runtime.repair_prompt(self.role)
         if not prompt:
             return None
-        res = await asyncio.to_thread(self.runtime.transcriber.transcribe, audio, prompt=prompt)
+        res = await asyncio.to_thread(self.runtime.transcriber.transcribe, audio, prompt=prompt, fallback=False)
         new = res.text.strip()
         if res.low_confidence or not new or new.lower() == text.strip().lower():
             return None
