@@ -44,6 +44,12 @@ class KBNotFound(Exception):
     """The KB path is missing or not a directory."""
 
 
+def kb_dir_error(path: str | Path) -> str | None:
+    """The one-line error every command gives for a KB path that is not a directory, else None."""
+    p = Path(path).expanduser()
+    return None if p.is_dir() else f"{p}: knowledge base directory not found"
+
+
 class KBFileError(Exception):
     """One KB file is malformed; `str()` is "path: reason"."""
 

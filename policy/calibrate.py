@@ -26,6 +26,7 @@ from kb.models import RetrievalUnavailable
 from .cases import Case, CasesError, load_cases
 from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
 from .evaluate import _one_line, evaluate
+from kb.loader import kb_dir_error
 
 # Candidate values around the shipped defaults: 3^5 = 243 settings, a couple of minutes on 2 cores.
 GRID: dict[str, list[float]] = {
@@ -218,8 +219,8 @@ def cli(argv: list[str]) -> int:
     kb = Path(args.kb)
     state_dir = tempfile.mkdtemp(prefix="voice-agent-calibrate-")
     try:
-        if not kb.is_dir():
-            raise CasesError(f"{kb}: knowledge base directory not found")
+        if err := kb_dir_error(kb):
+            raise CasesError(err)
         cases = load_cases(args.cases)
         split_cases(cases, args.dev_fraction, args.seed)  # validates the fraction before loading models
         from .engine import Engine

@@ -6,6 +6,7 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
+from kb.loader import kb_dir_error
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -59,8 +60,8 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--debug", action="store_true", help="include retrieval hits and timings")
     p.add_argument("question")
     args = p.parse_args(argv)
-    if not Path(args.kb).is_dir():
-        return fail(f"knowledge base directory not found: {args.kb}")
+    if err := kb_dir_error(args.kb):
+        return fail(err)
     try:
         facets = parse_facets(args.facet)
     except ValueError as exc:

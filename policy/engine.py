@@ -75,6 +75,9 @@ class Engine:
         self._progress = progress  # progress bars while embedding (CLI use)
         self._vocab: dict[str, list[str]] = {}
         self._roles: set[str] | None = None
+        # per role, from the KB and the config, which do not change under a running engine
+        self._teams: dict[str, set[str]] = {}
+        self._facet_phrases: dict[str, dict[str, dict[str, list[str]]]] = {}
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -132,7 +135,16 @@ class Engine:
 
     def teams(self, role: str) -> set[str]:
         """Handoff teams named by the documents this role may see."""
-        return {d.handoff_team for d in self.kb.docs.values() if d.handoff_team and visible_to(d, role)}
+        if role not in self._teams:
+            self._teams[role] = {d.handoff_team for d in self.kb.docs.values()
+                                 if d.handoff_team and visible_to(d, role)}
+        return self._teams[role]
+
+    def facet_phrases(self, role: str) -> dict[str, dict[str, list[str]]]:
+        """How a caller of this role may state each facet value (KB values + policy synonyms)."""
+        if role not in self._facet_phrases:
+            self._facet_phrases[role] = facet_vocabulary(self.config, self.kb_facets(role))
+        return self._facet_phrases[role]
 
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":
@@ -160,8 +172,7 @@ class Session:
     # -- state ------------------------------------------------------------------------------
     def _effective_question(self, text: str) -> str:
         """Fill facets the caller states; a reply to a clarify continues the pending question."""
-        cfg = self.engine.config
-        vocab = facet_vocabulary(cfg, self.engine.kb_facets(self.role))
+        vocab = self.engine.facet_phrases(self.role)
         new = stated_facets(text, vocab)
         self.facets.update(new)
         if self.pending_question and new:

@@ -21,6 +21,7 @@ from .config import Costs
 from .decision import Action, Decision
 from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
 from .numbers import number_values
+from kb.loader import kb_dir_error
 
 POLICIES = ("gated", "threshold", "minimal")
 # (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
@@ -311,8 +312,8 @@ def cli(argv: list[str]) -> int:
     try:
         cases = load_cases(args.cases)
         kb = Path(args.kb)
-        if not kb.is_dir():
-            raise CasesError(f"{kb}: knowledge base directory not found")
+        if err := kb_dir_error(kb):
+            raise CasesError(err)
         audio_dir = Path(args.audio_dir) if args.audio_dir else None
         if audio_dir and not audio_dir.is_dir():
             raise CasesError(f"{audio_dir}: audio directory not found")

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from kb.loader import kb_dir_error
+from policy.cli import fail
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CALLS_LIMIT = 64
@@ -166,9 +168,8 @@ def cli(argv: list[str]) -> int:
     if args.max_calls is not None and not 1 <= args.max_calls <= 256:
         print(f"error: --max-calls {args.max_calls}: must be 1..256", file=sys.stderr)
         return 2
-    if not Path(args.kb).is_dir():
-        print(f"error: {args.kb}: knowledge base directory not found", file=sys.stderr)
-        return 2
+    if err := kb_dir_error(args.kb):
+        return fail(err)
     from voice_agent.audio import AudioError, read_wav
 
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_s:

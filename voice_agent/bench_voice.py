@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kb.loader import kb_dir_error
+from policy.cli import fail
 
 SR = 16000
 CHUNK = SR // 50  # 20 ms
@@ -150,9 +152,8 @@ def cli(argv: list[str]) -> int:
     from .audio import AudioError, read_wav, resample
 
     kb = Path(args.kb)
-    if not kb.is_dir():
-        print(f"error: {kb}: knowledge base directory not found", file=sys.stderr)
-        return 2
+    if err := kb_dir_error(kb):
+        return fail(err)
     folder = Path(args.calls) if args.calls else (
         Path("fixtures/audio/calls") if Path("fixtures/audio/calls").is_dir() else Path("fixtures/audio"))
     files = sorted(folder.glob("*.wav")) if folder.is_dir() else []

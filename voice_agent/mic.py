@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kb.loader import kb_dir_error
+from policy.cli import fail
 
 SR = 16000
 BLOCK = SR // 50  # 20 ms
@@ -133,9 +135,8 @@ async def _run(args: argparse.Namespace, sd: Any, runtime: Any) -> None:
 
 def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    if not Path(args.kb).is_dir():
-        print(f"error: {args.kb}: knowledge base directory not found", file=sys.stderr)
-        return 2
+    if err := kb_dir_error(args.kb):
+        return fail(err)
     try:
         sd = open_sounddevice(args.input_device)
     except RuntimeError as e:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kb.loader import kb_dir_error
+from policy.cli import fail
 
 SR = 16000
 GAP_S = 0.4  # silence between replies in the written reply audio
@@ -87,9 +89,8 @@ def cli(argv: list[str]) -> int:
     from .audio import AudioError, read_wav, resample, write_wav
 
     kb = Path(args.kb)
-    if not kb.is_dir():
-        print(f"error: {kb}: knowledge base directory not found", file=sys.stderr)
-        return 2
+    if err := kb_dir_error(kb):
+        return fail(err)
     try:
         pcm, sr = read_wav(args.wav)
     except AudioError as e:

@@ -42,6 +42,8 @@ from voice_agent.protocol import (
     parse_client_event,
 )
 from voice_agent.server_config import ServerConfig, ServerConfigError, load_server_config
+from kb.loader import kb_dir_error
+from policy.cli import fail
 
 LOG = logging.getLogger("voice_agent.server")
 WEB_DIR = Path(__file__).parent / "web"
@@ -687,9 +689,8 @@ def cli(argv: list[str]) -> int:
     if not args.kb:
         print("error: serve needs --kb DIR (the knowledge base to answer from)", file=sys.stderr)
         return 2
-    if not Path(args.kb).is_dir():
-        print(f"error: {args.kb}: knowledge base directory not found", file=sys.stderr)
-        return 2
+    if err := kb_dir_error(args.kb):
+        return fail(err)
     if not (0 <= args.port <= 65535):
         print(f"error: --port {args.port}: must be 0..65535", file=sys.stderr)
         return 2
