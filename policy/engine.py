@@ -275,13 +275,28 @@ class Session:
         The voice path calls it at a pause in the caller's speech to render the reply's first
         sentence early; at the real end of turn it runs `turn` and uses the early audio only if the
         message is identical. A previewed transfer carries no handoff (none is stored)."""
-        state = (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
-                 dict(self._turn_hits), self._last_audit_id)
+        state = self.snapshot()
         try:
             return self.turn(text, asr=asr, record=False).decision
         finally:
-            (self.facets, self.pending_question, self.transcript, self.turns,
-             self._turn_hits, self._last_audit_id) = state
+            self.restore(state)
+
+    def snapshot(self) -> tuple:
+        """The conversation state, for `restore`."""
+        return (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
+                dict(self._turn_hits), self._last_audit_id)
+
+    def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None:
+        """Put the conversation back as `snapshot` found it. With `superseded` (an audit id),
+        a turn decided since then is void (the voice path ended it too early and the caller went
+        on): its audit line stays, and a `turn_superseded` line says why it no longer counts."""
+        (self.facets, self.pending_question, self.transcript, self.turns,
+         self._turn_hits, self._last_audit_id) = (dict(state[0]), state[1], list(state[2]), state[3],
+                                                   dict(state[4]), state[5])
+        if superseded:
+            self.engine.audit.append({"kind": "turn_superseded", "audit_id": superseded,
+                                      "session": self.session_id, "reason": reason,
+                                      "ts": dt.datetime.now(dt.timezone.utc).isoformat()})
 
     def recheck_before_speech(self, decision: Decision, audit_id: str | None = None) -> Decision:
         """Run the citation/number recheck again on the final text, right before TTS."""

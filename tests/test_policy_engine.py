@@ -153,6 +153,20 @@ def test_preview_changes_nothing_and_matches_the_turn(engine):
     assert real.message == p1.message and s.pending_question
 
 
+def test_a_superseded_turn_is_undone_but_stays_in_the_audit_log(engine):
+    s = engine.session()
+    state = s.snapshot()
+    cut = s.turn("Can I get a refund if I cancel my annual plan early?")  # the voice path ended it early
+    assert s.pending_question and s.turns == 1
+    s.restore(state, superseded=cut.audit_id, reason="caller_continued")
+    assert s.pending_question is None and s.turns == 0 and s.transcript == []
+    lines = [json.loads(line) for line in (engine.state_dir / "audit.jsonl").read_text().splitlines()]
+    assert any(r.get("audit_id") == cut.audit_id and r.get("decision") for r in lines)  # still there
+    assert lines[-1]["kind"] == "turn_superseded" and lines[-1]["audit_id"] == cut.audit_id
+    whole = s.turn("Can I get a refund if I cancel my annual plan early? I'm a personal customer.").decision
+    assert whole.action == Action.answer
+
+
 def test_unknown_role_is_an_error_not_public_access(engine):
     from policy.engine import UnknownRole
 

@@ -39,6 +39,7 @@ class FakeSession:
         self.preview_message: str | None = None
         self.preview_delay = 0.0
         self.active, self.overlapped, self._lock = 0, False, threading.Lock()
+        self.restored: list[tuple] = []
 
     def turn(self, text, *, asr=None, faults=(), timings_ms=None):
         self._enter()
@@ -78,6 +79,14 @@ class FakeSession:
     def _exit(self):
         with self._lock:
             self.active -= 1
+
+    pending_question = None
+
+    def snapshot(self):
+        return ("state", len(self.turns))
+
+    def restore(self, state, *, superseded=None, reason=""):
+        self.restored.append((state, superseded, reason))
 
     def recheck_before_speech(self, d, audit_id=None):
         self.rechecked += 1
@@ -491,3 +500,93 @@ def test_dropped_speculative_render_closes_its_iterator():
 
     tts = asyncio.run(scenario())
     assert tts.log[0]["cancelled"] and tts.log[0]["rendered"] == 1
+
+
+# ------------------------------------------------------------------- early end of turn
+
+
+class PartsAsr(FakeAsr):
+    """A question, then more words after a pause: the transcript depends on how much audio it gets."""
+
+    def __init__(self, split_s, first="How do I reset my router?", whole="How do I reset my router without losing my settings?"):
+        super().__init__()
+        self.split_s, self.first, self.whole = split_s, first, whole
+
+    def transcribe(self, pcm, prompt=None, fallback=True):
+        r = super().transcribe(pcm, prompt)
+        return r.model_copy(update={"text": self.first if len(pcm) / SR < self.split_s else self.whole})
+
+
+def _trimmed(q: np.ndarray) -> np.ndarray:
+    from voice_agent.vad import speech_probabilities
+
+    p = speech_probabilities(q)  # espeak leaves silence after the words: cut it
+    return q[: (int(np.flatnonzero(p > 0.5)[-1]) + 2) * 512]
+
+
+@pytest.mark.audio
+@pytest.mark.parametrize("text, early", [("How do I reset my router?", True),
+                                         ("I want to reset my router.", False),  # a statement: wait
+                                         ("How do I reset my", False)])
+def test_a_finished_question_ends_the_turn_before_the_full_silence(question_16k, text, early):
+    q = _trimmed(question_16k)
+    call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False)
+    ev = asyncio.run(paced(call, np.concatenate([q, np.zeros(SR, np.float32)])))
+    t = call.timings[0]
+    assert t["early_end"] == (1.0 if early else 0.0) and one_reply(ev)
+    turn_end = ev[0]  # the transcript follows the turn end at once (speculative ASR)
+    assert turn_end.type == "transcript" and len(session.turns) == 1
+    # The turn audio ends `early_end_ms` (300) or `end_silence_ms` (500) after the speech.
+    call2_cfg = CallConfig()
+    assert call2_cfg.early_end_ms < call2_cfg.end_silence_ms
+
+
+@pytest.mark.audio
+def test_early_end_saves_the_difference_in_silence(question_16k):
+    q = _trimmed(question_16k)
+    x = np.concatenate([q, np.zeros(SR, np.float32)])
+    ends = {}
+    for text in ("How do I reset my router?", "I want to reset my router."):
+        call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False)
+        got = []
+        orig = call._turns.put_nowait
+        call._turns.put_nowait = lambda turn, got=got, orig=orig: (got.append(len(turn.audio)), orig(turn))[1]
+        asyncio.run(paced(call, x))
+        ends[text] = got[0] / SR
+    saved = ends["I want to reset my router."] - ends["How do I reset my router?"]
+    assert 0.12 <= saved <= 0.22  # 500 ms vs ~300-350 ms of trailing silence
+
+
+@pytest.mark.audio
+def test_caller_going_on_after_an_early_end_makes_one_turn(question_16k):
+    q = _trimmed(question_16k)
+    gap = np.zeros(int(0.6 * SR), np.float32)  # past early_end_ms (300), then more words
+    x = np.concatenate([q, gap, q, np.zeros(SR, np.float32)])
+    session = FakeSession(message=lambda text: f"About: {text}")
+    asr = PartsAsr(split_s=len(q) / SR + 0.5)
+    call, session, asr, tts = make(session=session, asr=asr, tts=SlowTts(delay=0.05), barge_in=True)
+    ev = asyncio.run(paced(call, x))
+    # The first part was decided (and audited), then superseded: the session was put back
+    # and the whole utterance decided as one turn, from both parts' audio.
+    assert [t for t, _ in session.turns] == [asr.first, asr.whole]
+    assert session.restored and session.restored[0][1:] == ("a1", "caller_continued")
+    assert call.timings[0]["early_end"] == 1.0 and call.timings[-1]["continued"] == 1.0
+    assert max(asr.calls) / SR > 2 * len(q) / SR  # the last transcription heard both parts
+    decisions = [e.decision.message for e in ev if e.type == "decision"]
+    assert decisions[-1] == f"About: {asr.whole}"
+    # The first reply was cut off (cleared) when the caller went on; the final one was spoken.
+    starts = [e.id for e in ev if e.type == "audio_start"]
+    assert len(starts) == 2 and [e.id for e in ev if e.type == "clear"] == starts[:1]
+    assert [e.type for e in ev][-1] == "audio_end" and ev[-1].id == starts[1]
+
+
+@pytest.mark.audio
+def test_a_new_question_after_the_continuation_window_is_its_own_turn(question_16k):
+    q = _trimmed(question_16k)
+    gap = np.zeros(int(1.6 * SR), np.float32)
+    x = np.concatenate([q, gap, q, np.zeros(SR, np.float32)])
+    call, session, asr, tts = make(asr=FakeAsr("How do I reset my router?"), tts=SlowTts(delay=0.05),
+                                   barge_in=False)
+    ev = asyncio.run(paced(call, x))
+    assert len(session.turns) == 2 and not session.restored
+    assert sum(e.type == "audio_end" for e in ev) == 2

@@ -63,8 +63,12 @@ def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
         a = e.audio
         blocks = np.sqrt(np.mean(a[: len(a) // 160 * 160].reshape(-1, 160).astype(np.float64) ** 2, axis=1) + 1e-12)
         db = 20 * np.log10(blocks)
-        floor = np.percentile(db, 10)
-        loud = np.flatnonzero(db > max(db.max() - 30, floor + 6))
+        # The noise floor is what the endpointer waited through: the turn's trailing silence.
+        # Speech must stand clear of its loudest blocks, or noise would count as speech (and
+        # make the reply look faster than the caller hears it).
+        tail = db[-max(5, int(end_silence_ms * 0.8) // 10):]
+        floor = np.percentile(tail, 95)
+        loud = np.flatnonzero(db > max(db.max() - 30, floor + 3))
         ends.append(start + (loud[-1] + 1) * 0.01 if len(loud) else e.time_s)
     return ends
 
@@ -130,6 +134,16 @@ async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) ->
                 row[s] = t[s]
         rows.append(row)
     return rows
+
+
+def _turn_summary(row: dict[str, float]) -> str:
+    """One turn for the per-recording line: total, and why it was slow when it was."""
+    marks = []
+    if not row.get("asr_speculative"):
+        marks.append(f"asr {row.get('asr', 0):.0f} ms after the turn")
+    elif not row.get("speculative_reply"):
+        marks.append("reply rendered after the turn")
+    return f"{row['total']:.0f} ms" + (f" ({'; '.join(marks)})" if marks else "")
 
 
 def _peak_rss_mb(runtime: Any) -> float:
@@ -199,7 +213,7 @@ def cli(argv: list[str]) -> int:
             r = asyncio.run(_one(runtime, x, ends, config))
             rows.extend(r)
             if not args.json:
-                print(f"{f.name}: " + ", ".join(f"{row['total']:.0f} ms" for row in r), flush=True)
+                print(f"{f.name}: " + ", ".join(_turn_summary(row) for row in r), flush=True)
         rss = _peak_rss_mb(runtime)
     finally:
         runtime.close()

@@ -61,6 +61,13 @@ class CallConfig(BaseModel):
     # finds evidence ("light payment fee" -> "late payment fee"). The policy still checks it all.
     asr_repair: bool = True
     pause_ms: int = 200
+    # End the turn after this much silence instead of `end_silence_ms` when the transcript made
+    # at the pause reads as a finished sentence and its reply is ready (None: always wait).
+    early_end_ms: int | None = 300
+    # A caller who starts speaking again within this many seconds of such an early end was not
+    # finished: the reply stops, and both parts are transcribed and decided as one turn. (Speech
+    # is confirmed `min_speech_ms` after it starts, so this covers pauses of up to ~1 s in all.)
+    continuation_s: float = 0.9
     vad_threshold: float = 0.5
     min_speech_ms: int = 200
     pre_roll_ms: int = 200
@@ -185,6 +192,11 @@ class VoiceRuntime:
             self.tts.close()
 
 
+def _ok(task: asyncio.Task) -> bool:
+    """Finished with a result (not cancelled, no exception)."""
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
 def _cancel_render(task: asyncio.Task) -> None:
     """Done-callback of a dropped speculative task: a render it started anyway is cancelled."""
     if not task.cancelled() and task.exception() is None and task.result() is not None:
@@ -210,6 +222,11 @@ class _Turn(BaseModel):
     speculative: Any = None  # asyncio.Task with an AsrResult for the same audio, if any
     spec_reply: Any = None  # asyncio.Task with a buffered `_Render` of the previewed reply (or None)
     reason: str = ""
+    early: bool = False  # ended before the full end-of-turn silence (see CallConfig.early_end_ms)
+    continues: Any = None  # the early-ended `_Turn` whose caller went on speaking: this is its rest
+    superseded: bool = False  # an early turn that the caller went on with: do not speak its reply
+    snapshot: Any = None  # conversation state before this (early) turn, to undo it when superseded
+    audit_id: str = ""
 
 
 _DONE = object()
@@ -229,6 +246,7 @@ class _Render:
         self.text = text
         self.lead_s = lead_s
         self.decision: Decision | None = None  # the previewed decision this audio speaks
+        self.repair: tuple[Any] | None = None  # (ASR repair result or None,) once that pass has run
         self.q: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = threading.Event()
         self._loop = loop
@@ -295,6 +313,10 @@ class CallSession:
         self._spec_reply: asyncio.Task | None = None  # preview + buffered render for that pause
         self._decide_lock = threading.Lock()  # preview and turn share session state: one at a time
         self._running_turn = False
+        self._current: _Turn | None = None  # the turn being answered
+        self._early_turn: _Turn | None = None  # the last early-ended turn, while it may still continue
+        self._early_at = 0.0
+        self._continuing: _Turn | None = None  # speech now in progress continues this early turn
         self._turn_no = 0
         self._playing_id: str | None = None
         self._cancel_reply = threading.Event()
@@ -391,7 +413,9 @@ class CallSession:
             if e.type == "speech_start":
                 self._turn_no += 1
                 self._drop_spec_reply()
-            elif e.type == "pause" and self.config.speculative_asr and e.audio is not None:
+                self._continuation_check()
+            elif e.type == "pause" and self.config.speculative_asr and e.audio is not None \
+                    and self._continuing is None:  # a continuation's words so far are only its second half
                 if self._speculative is not None:
                     self._speculative[1].cancel()
                 self._drop_spec_reply()
@@ -401,25 +425,77 @@ class CallSession:
                 # our render (one TTS worker), and its turn must be decided before we preview.
                 if (self.config.speculative_reply and self.runtime.tts is not None
                         and not self._running_turn and self._turns.empty()):
-                    self._spec_reply = asyncio.ensure_future(self._speculate(asr))
+                    self._spec_reply = asyncio.ensure_future(self._speculate(asr, e.audio))
             elif e.type == "turn_end" and e.audio is not None:
                 spec = spec_reply = None
                 pause_s = self.config.pause_ms / 1000
                 if (self._speculative is not None and self._speculative[0] == self._turn_no
-                        and e.reason in ("silence", "flush") and e.trailing_silence_s >= pause_s - 1e-6):
+                        and e.reason in ("silence", "flush", "early") and e.trailing_silence_s >= pause_s - 1e-6):
                     spec = self._speculative[1]
                     spec_reply, self._spec_reply = self._spec_reply, None
                 self._speculative = None
                 self._drop_spec_reply()
+                audio, cont, self._continuing = e.audio, self._continuing, None
+                if cont is not None and cont.audio is not None:
+                    audio = np.concatenate([cont.audio, audio])
+                turn = _Turn(audio=audio, ended_at=time.monotonic(), speculative=spec, spec_reply=spec_reply,
+                             reason=e.reason or "", early=e.reason == "early", continues=cont)
+                if turn.early:
+                    self._early_turn, self._early_at = turn, time.monotonic()
                 self._ensure_worker()
-                self._turns.put_nowait(_Turn(audio=e.audio, ended_at=time.monotonic(), speculative=spec,
-                                             spec_reply=spec_reply, reason=e.reason or ""))
+                self._turns.put_nowait(turn)
         if self._spec_reply is not None and self._vad.in_speech and self._vad.last_prob >= self._vad.threshold:
             self._drop_spec_reply()  # the caller spoke again after the pause: that reply is stale
+        self._maybe_end_early()
+
+    # -- early end of turn -------------------------------------------------------------------
+    def _maybe_end_early(self) -> None:
+        """End the turn now (after `early_end_ms` of silence, not `end_silence_ms`) when what was
+        transcribed at the pause is a finished question (or answers our clarifying one) and its
+        reply is rendering. Not for transfers: their package goes to a team for good, so they
+        wait for the full silence."""
+        from .turn_end import reads_complete
+
+        c, vad = self.config, self._vad
+        if c.early_end_ms is None or not vad.in_speech or self._continuing is not None:
+            return
+        if not c.early_end_ms <= vad.silence_ms < c.end_silence_ms:
+            return
+        spec = self._speculative
+        if spec is None or spec[0] != self._turn_no or not _ok(spec[1]):
+            return
+        res = spec[1].result()
+        # A question, or any finished sentence in reply to our clarifying question.
+        answering = self.session.pending_question is not None
+        if res.low_confidence or not reads_complete(res.text, question=not answering):
+            return
+        if c.speculative_reply and self.runtime.tts is not None:
+            if self._spec_reply is None or not _ok(self._spec_reply) or self._spec_reply.result() is None:
+                return
+            d = self._spec_reply.result().decision
+            if d is None or d.action == Action.transfer:
+                return
+        ev = vad.end_now()
+        if ev is not None:
+            self._handle_vad([ev])
+
+    def _continuation_check(self) -> None:
+        """Speech started: if it follows an early end closely, the caller was not finished. Stop
+        that reply; this speech will be appended to that turn's audio and the two decided as one."""
+        early, self._early_turn = self._early_turn, None
+        if early is None or time.monotonic() - self._early_at > self.config.continuation_s:
+            return
+        early.superseded = True
+        self._continuing = early
+        self._cancel_reply.set()
+        if self._playing_id is not None:
+            self._emit(ClearEvent(id=self._playing_id))
+            self._playing_id = None
 
     # -- speculative reply -------------------------------------------------------------------
-    async def _speculate(self, asr: asyncio.Task) -> _Render | None:
-        """At a pause: the transcript so far → what we would answer → its audio, buffered."""
+    async def _speculate(self, asr: asyncio.Task, audio: np.ndarray) -> _Render | None:
+        """At a pause: the transcript so far → what we would answer (after the ASR repair pass,
+        when it applies) → its audio, buffered."""
         from policy.engine import AsrSignal
 
         res = await asyncio.shield(asr)  # dropping this reply must not cancel the transcription
@@ -428,10 +504,16 @@ class CallSession:
         signal = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob,
                            low_confidence=res.low_confidence, raw_text=res.text)
         decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
+        repaired = None
+        if self.config.asr_repair:
+            repaired = await self._repair_transcript(audio, res.text, signal, decision)
+            if repaired is not None:
+                decision = repaired[2]
         if not decision.message.strip():
             return None
         render = _Render(self.runtime.tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s)
         render.decision = decision
+        render.repair = (repaired,) if self.config.asr_repair else None
         return render
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
@@ -462,6 +544,7 @@ class CallSession:
         while True:
             turn = await self._turns.get()
             self._running_turn = True
+            self._current = turn
             try:
                 await self._run_turn(turn)
             except asyncio.CancelledError:
@@ -480,9 +563,10 @@ class CallSession:
         return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "")
 
     async def _repair_transcript(self, audio: np.ndarray, text: str, signal: Any,
-                                 first: Decision | None) -> tuple[str, Any] | None:
+                                 first: Decision | None) -> tuple[str, Any, Decision] | None:
         """A second, KB-biased transcription for a turn about to be refused for lack of evidence.
-        Returns (text, signal) when it stays close to the first transcript and finds evidence."""
+        Returns (text, signal, previewed decision) when it stays close to the first transcript
+        and finds evidence."""
         from policy.engine import AsrSignal
 
         if first is None:
@@ -502,7 +586,7 @@ class CallSession:
         sig = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob, low_confidence=False,
                         raw_text=new)
         second = await asyncio.to_thread(self._locked, self.session.preview, new, asr=sig)
-        return (new, sig) if second.action != Action.refuse else None
+        return (new, sig, second) if second.action != Action.refuse else None
 
     async def _run_turn(self, turn: _Turn) -> None:
         from policy.engine import AsrSignal
@@ -548,15 +632,21 @@ class CallSession:
                 elif not spec_reply.cancelled():
                     LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
             if self.config.asr_repair and not res.low_confidence and turn.audio is not None:
-                repaired = await self._repair_transcript(turn.audio, text, asr_signal,
-                                                         render.decision if render is not None else None)
+                if render is not None and render.repair is not None:
+                    repaired = render.repair[0]  # the pass already ran at the pause, on the same transcript
+                else:
+                    repaired = await self._repair_transcript(turn.audio, text, asr_signal,
+                                                             render.decision if render is not None else None)
                 timings["asr_repaired"] = 1.0 if repaired else 0.0
                 if repaired:
-                    text, asr_signal = repaired
+                    text, asr_signal, _ = repaired
                     self._emit(TranscriptEvent(text=text, final=True, raw_text=raw, low_confidence=False))
 
+        if turn.text is None:
+            timings["early_end"] = 1.0 if turn.early else 0.0
+            timings["continued"] = 1.0 if turn.continues is not None else 0.0
         try:
-            out = await asyncio.to_thread(self._locked, self.session.turn, text, asr=asr_signal, timings_ms=timings)
+            out = await asyncio.to_thread(self._locked, self._decide, turn, text, asr_signal, timings)
             decision = await asyncio.to_thread(self._locked, self.session.recheck_before_speech, out.decision,
                                                out.audit_id)
         except BaseException:
@@ -573,17 +663,34 @@ class CallSession:
             if render is not None:  # how long before the turn ended its render began (< 0: after)
                 timings["speculative_reply_lead"] = (turn.ended_at - render.started_at) * 1000
         self._emit(DecisionEvent(decision=decision, timings_ms=dict(timings)))
+        if turn.superseded:  # the caller went on speaking: the whole turn is decided once they finish
+            if render is not None:
+                render.cancel()
+            return
 
         first_audio_at = await self._speak_decision(decision, out.normalized_question or text, render)
         if first_audio_at is not None:
             timings["tts_first_audio"] = (first_audio_at - turn.ended_at) * 1000 - timings["turn_end_to_decision"]
             timings["turn_end_to_first_audio"] = (first_audio_at - turn.ended_at) * 1000
         self.timings.append(timings)
-        late = {k: v for k, v in timings.items() if k.startswith(("asr", "tts", "turn_end", "speculative"))}
+        late = {k: v for k, v in timings.items()
+                if k.startswith(("asr", "tts", "turn_end", "speculative", "early_end", "continued"))}
         try:
             await asyncio.to_thread(self._locked, self.session.record_timings, out.audit_id, late)
         except Exception:  # noqa: BLE001 - timings are nice to have
             LOG.warning("could not record timings for %s", out.audit_id)
+
+    def _decide(self, turn: _Turn, text: str, asr: Any, timings: dict[str, float]) -> Any:
+        """The engine turn (in a worker thread, under the call's lock). A continuation first
+        undoes the early turn it completes; an early turn keeps what it would undo."""
+        cont = turn.continues
+        if cont is not None and cont.snapshot is not None:
+            self.session.restore(cont.snapshot, superseded=cont.audit_id, reason="caller_continued")
+        if turn.early:
+            turn.snapshot = self.session.snapshot()
+        out = self.session.turn(text, asr=asr, timings_ms=timings)
+        turn.audit_id = out.audit_id
+        return out
 
     async def _speak_decision(self, decision: Decision, question: str, render: _Render | None = None) -> float | None:
         """Speak the decision (from `render` when its audio was rendered early); a transfer's
@@ -638,6 +745,10 @@ class CallSession:
                     break
                 if isinstance(item, BaseException):
                     raise item
+                if self._current is not None and self._current.superseded and not cancel.is_set():
+                    cancel.set()  # the caller went on after an early end of turn
+                    if started:
+                        self._emit(ClearEvent(id=reply_id))
                 if cancel.is_set():
                     continue
                 pcm = item.pcm.astype(np.float32) / 32768.0

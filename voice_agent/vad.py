@@ -105,7 +105,7 @@ class VadEvent:
     type: Literal["speech_start", "pause", "turn_end"]
     time_s: float
     audio: np.ndarray | None = None
-    reason: Literal["silence", "max_length", "flush"] | None = None
+    reason: Literal["silence", "max_length", "flush", "early"] | None = None
     speech_s: float = 0.0  # for turn_end: seconds from speech start to the last speech frame
     trailing_silence_s: float = 0.0  # for turn_end: silence at the end of `audio`
 
@@ -229,7 +229,17 @@ class StreamingVad:
         self._candidate = None
         events.append(VadEvent("speech_start", self._t(start)))
 
-    def _end_turn(self, reason: Literal["silence", "max_length", "flush"]) -> VadEvent:
+    @property
+    def silence_ms(self) -> float:
+        """How long the caller has been quiet inside the current turn (0 outside a turn)."""
+        return self._turn.silence_frames * FRAME_MS if self._turn is not None else 0.0
+
+    def end_now(self) -> VadEvent | None:
+        """End the current turn before `end_silence_ms` (reason `early`): the caller of the
+        endpointer has other evidence that the turn is over. None when no turn is in progress."""
+        return self._end_turn("early") if self._turn is not None else None
+
+    def _end_turn(self, reason: Literal["silence", "max_length", "flush", "early"]) -> VadEvent:
         turn = self._turn
         assert turn is not None
         self._turn = None
