@@ -203,3 +203,18 @@ def test_piper_speech_transcribes_back(tts):
     for word in ("refund", "business days", "balance"):
         assert word in text, text
     assert any(w in text for w in ("5 to 10", "five to ten", "5-10", "5 to 10")), text
+
+
+def test_pool_workers_run_niced_on_one_thread_each():
+    from voice_agent.tts import TTS_NICE, TtsPool
+
+    pool = TtsPool(2).start()
+    try:
+        for c in pool.clients:
+            stat = open(f"/proc/{c.pid}/stat").read().rsplit(")", 1)[1].split()
+            assert int(stat[16]) == TTS_NICE  # field 19 of stat: nice
+            assert "--threads 1" in " ".join(c._worker.proc.args)
+        chunks = list(pool.synthesize("One thread is enough. Two sentences too."))
+        assert len(chunks) == 2 and all(len(c.pcm) > 4000 for c in chunks)
+    finally:
+        pool.close()

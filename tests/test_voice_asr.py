@@ -95,6 +95,42 @@ def test_synthetic_speech(tr, tmp_path):
 
 
 @pytest.mark.audio
+@pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
+def test_concurrent_calls_transcribe_in_parallel_with_the_same_result(tmp_path):
+    import threading
+    import time
+
+    p = tmp_path / "q.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-w", str(p), "How much does roaming cost in Spain?"], check=True)
+    x = load_audio(p, SR)
+    tr2 = Transcriber("tiny.en", workers=2)
+    tr2.warmup()
+    assert tr2.cpu_threads == 1 and tr2.loaded.model.model.num_workers == 2
+    alone = tr2.transcribe(x).text
+    results, inside, peak = [], [0], [0]
+    lock = threading.Lock()
+    decode = tr2._decode_short
+
+    def counted(*a, **kw):  # how many decodes run at the same moment
+        with lock:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        try:
+            time.sleep(0.02)
+            return decode(*a, **kw)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    tr2._decode_short = counted
+    threads = [threading.Thread(target=lambda: results.append(tr2.transcribe(x).text)) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    assert results == [alone] * 4  # the replicas share weights, not state
+    assert peak[0] == 2  # two at a time: one per worker, never more
+
+
+@pytest.mark.audio
 def test_noise_and_silence_are_low_confidence(tr):
     rng = np.random.default_rng(0)
     noise = (rng.standard_normal(SR * 2) * 0.02).astype(np.float32)

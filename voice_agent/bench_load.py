@@ -39,6 +39,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--asr-model", default="tiny.en")
     ap.add_argument("--stagger-ms", type=float, default=0.0, help="delay between call starts")
     ap.add_argument("--timeout", type=float, default=300.0, help="give up on the whole run after this many seconds")
+    ap.add_argument("--state-dir", default=None,
+                    help="keep the server's audit log, handoffs and log here (default: a temporary folder)")
     ap.add_argument("--json", action="store_true", help="last line: one JSON object")
     return ap.parse_args(argv)
 
@@ -173,7 +175,8 @@ def cli(argv: list[str]) -> int:
     from voice_agent.audio import AudioError, read_wav
 
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_s:
-        tmp = Path(tmp_s)
+        tmp = Path(args.state_dir or tmp_s)
+        tmp.mkdir(parents=True, exist_ok=True)
         try:
             wav = Path(args.wav) if args.wav else default_wav(tmp)
             audio, rate = read_wav(wav)

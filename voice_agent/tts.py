@@ -34,6 +34,9 @@ from pydantic import BaseModel, ConfigDict
 
 LOG = logging.getLogger(__name__)
 _ROOT = Path(__file__).resolve().parent.parent
+# The worker runs at a lower CPU priority than the agent: when calls contend for the cores, a
+# caller's transcription (everything else waits on it) goes first, and rendering takes the rest.
+TTS_NICE = 10
 
 
 class TtsUnavailable(RuntimeError):
@@ -359,15 +362,23 @@ def _quick_start(sentences: list[str]) -> list[str]:
 _EOF = object()
 
 
+def _lower_priority(n: int) -> None:  # runs in the child, before exec
+    try:
+        os.nice(n)
+    except OSError:
+        pass
+
+
 class _Worker:
     """One running worker process and the thread that reads its frames into a queue."""
 
-    def __init__(self, voice: str, python: str) -> None:
+    def __init__(self, voice: str, python: str, nice: int = 0, threads: int = 0) -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [python, "-m", "voice_agent.tts_worker", "--voice", voice],
+            [python, "-m", "voice_agent.tts_worker", "--voice", voice, "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, cwd=str(_ROOT),
+            preexec_fn=(lambda: _lower_priority(nice)) if nice else None,
         )
         self.frames: queue.Queue = queue.Queue()
         self.ready: dict | None = None
@@ -436,8 +447,11 @@ class TtsClient:
     """
 
     def __init__(self, voice: str = "joe", start_timeout_s: float = 20.0,
-                 frame_timeout_s: float = 15.0, python: str | None = None) -> None:
+                 frame_timeout_s: float = 15.0, python: str | None = None, nice: bool = True,
+                 threads: int = 0) -> None:
         self.voice = voice
+        self.nice = nice
+        self.threads = threads  # onnxruntime threads in the worker (0: one per core)
         self.start_timeout_s = start_timeout_s
         self.frame_timeout_s = frame_timeout_s
         self.python = python or sys.executable
@@ -455,7 +469,7 @@ class TtsClient:
 
     def _spawn(self) -> None:
         try:
-            self._worker = _Worker(self.voice, self.python)
+            self._worker = _Worker(self.voice, self.python, TTS_NICE if self.nice else 0, self.threads)
         except OSError as exc:
             self._worker = None
             raise TtsUnavailable(f"cannot start TTS worker ({self.python}): {exc}") from exc
@@ -616,6 +630,9 @@ class TtsPool:
     def __init__(self, size: int = 2, voice: str = "joe", **client_kw: Any) -> None:
         if size < 1:
             raise ValueError("TtsPool size must be at least 1")
+        # Several workers on few cores render faster together on one onnxruntime thread each
+        # (4 first sentences at once on 2 cores: 116-400 ms vs 380-570 ms with a thread per core).
+        client_kw.setdefault("threads", 1 if size > 1 else 0)
         self.clients = [TtsClient(voice, **client_kw) for _ in range(size)]
         self._idle: queue.Queue[TtsClient] = queue.Queue()
         for c in self.clients:

