@@ -10,6 +10,8 @@ with `Hit.status` telling the policy so.
 """
 from __future__ import annotations
 
+import re
+
 import datetime as dt
 import sys
 import threading
@@ -39,8 +41,19 @@ def rrf(ranks: Collection[int | None], k: int = 60) -> float:
 
 
 def section_index_text(title: str, s: Section) -> str:
-    """What BM25 sees: headings count as much as body text (callers name topics)."""
-    return " ".join([title, *s.heading_path[1:], s.heading if s.heading != title else "", s.text])
+    """What BM25 sees: headings count as much as body text (callers name topics), plus the
+    initials of capitalised names in the text ("United Kingdom" is also "UK")."""
+    text = " ".join([title, *s.heading_path[1:], s.heading if s.heading != title else "", s.text])
+    return " ".join([text, *initialisms(s.text)])
+
+
+_NAME_RUN = re.compile(r"(?<![.!?:]\s)(?<!^)\b((?:[A-Z][a-z]+\s+){1,3}[A-Z][a-z]+)\b")
+
+
+def initialisms(text: str) -> list[str]:
+    """Initials of runs of two to four capitalised words inside a sentence (not its first word):
+    how callers say them ("the UK", "a DD")."""
+    return sorted({"".join(w[0] for w in m.group(1).split()).lower() for m in _NAME_RUN.finditer(text)})
 
 
 def section_embed_text(title: str, s: Section) -> str:

@@ -38,7 +38,9 @@ class GradedHit:
 FRAME_TERMS = frozenset(content_terms(
     "long much many take takes taking happen happens happened time times way ways work works "
     "mean means possible able thing sure kind sort find use using used have make do put give see "
-    "think believe guess wonder seem seems without come comes coming"))
+    "think believe guess wonder seem seems without come comes coming "
+    # time and quantity frames: "how long does it last", "how much have I got left", "what is it now"
+    "last lasts lasting left remain remains remaining now currently"))
 
 
 def _counts(term: str) -> bool:
@@ -81,7 +83,10 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
         else:
             relevant = dense >= th.min_dense and cov >= th.min_coverage
             answers = (dense >= th.answer_dense and cov >= th.answer_coverage) or (
-                dense >= th.strong_dense and cov >= th.strong_min_coverage)
+                dense >= th.strong_dense and cov >= th.strong_min_coverage) or (
+                # every one of (at least two) question terms, a code or name among them, is in this
+                # section's own words: relevant enough, though its wording is far from the question's
+                dense >= th.min_dense and cov >= 0.999 and len(hit.covered_terms) >= 2)
             score = 0.5 * dense + 0.5 * cov
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,

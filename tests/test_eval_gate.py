@@ -18,10 +18,10 @@ pytestmark = pytest.mark.slow
 DATE = dt.date(2026, 11, 29)  # the cases were written against the KB as of this day
 
 # The targets are 0 unsafe answers and action accuracy >= 0.95. Unsafe answers are at target;
-# accuracy is not yet (0.895 measured 2026-11-29: heavy paraphrases are still refused). Until it
+# accuracy is not yet (0.924 measured 2026-11-30: heavy paraphrases are still refused). Until it
 # is, this gate holds the line at today's measurement so no change can make it worse.
 MAX_UNSAFE_ANSWERS = 0
-MIN_ACTION_ACCURACY = 0.89  # target: 0.95
+MIN_ACTION_ACCURACY = 0.92  # target: 0.95
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +59,7 @@ def test_cheaper_than_both_baselines(runs):
 
 
 # A second knowledge base, written without looking at the policy code (a veterinary clinic), checks
-# that the policy carries over to a domain it was not tuned on. Measured 2026-11-29: 0.877, 0 unsafe.
+# that the policy carries over to a domain it was not tuned on. Measured 2026-11-30: 0.892, 0 unsafe.
 CLINIC_KB = ROOT / "fixtures" / "kb_clinic"
 CLINIC_CASES = ROOT / "fixtures" / "cases_clinic.yaml"
 
@@ -71,4 +71,4 @@ def test_unseen_domain_no_unsafe_answers_and_accuracy_floor(tmp_path):
     engine = _scratch(Engine.load(CLINIC_KB, state_dir=tmp_path, on_date=DATE))
     results, m = evaluate(engine, load_cases(CLINIC_CASES))
     assert m["unsafe_answers"] == 0, _failing(results, lambda r: not r.ok)
-    assert m["action_accuracy"] >= 0.85, _failing(results, lambda r: not r.ok)
+    assert m["action_accuracy"] >= 0.88, _failing(results, lambda r: not r.ok)

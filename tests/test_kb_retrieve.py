@@ -391,3 +391,12 @@ def test_single_section_and_chinese_kb(tmp_path):
     assert [h.locator for h in res.hits] == ["zh-refund#年度套餐退款"]
     assert {"取消", "套餐", "退款"} <= set(res.hits[0].covered_terms)
     assert r.search("router").hits == []
+
+
+@pytest.mark.unit
+def test_initials_of_names_are_indexed():
+    from kb.retrieve import initialisms
+
+    text = ("Calls to Zone 2, the United Kingdom and EU countries, cost 12 cents. Direct Debit is free. "
+            "Visit the Market Street store.")
+    assert initialisms(text) == ["ms", "uk"]  # "Direct Debit" opens a sentence: not a name run

@@ -148,3 +148,29 @@ def test_lexical_only_needs_strong_coverage():
 def test_low_asr_confidence_reprompts():
     o = run("", result(), asr_low_confidence=True)
     assert o.action == Action.clarify and o.reasons == [Reason.asr_low_confidence]
+
+
+CODES = "The DATA2X code doubles the customer's data allowance for three months."
+
+
+def test_every_question_term_in_one_section_answers_despite_distant_wording():
+    # a code the section names, and every other term: lexical evidence carries a modest dense score
+    o = run("what does the data2x code do", result(hit("retention", CODES, dense=0.36, covered=("data2x", "code"))))
+    assert o.action == Action.answer and o.evidence[0].doc_id == "retention"
+    # one term is not enough, and the dense floor still applies
+    o1 = run("what is data2x", result(hit("retention", CODES, dense=0.36, covered=("data2x",))))
+    assert o1.action == Action.refuse
+    o2 = run("what does the data2x code do", result(hit("retention", CODES, dense=0.2, covered=("data2x", "code"))))
+    assert o2.action == Action.refuse
+
+
+@pytest.mark.parametrize("frame", ["how long does the day pass last", "how much data have i got left",
+                                   "what is the day pass charge now"])
+def test_time_and_quantity_frame_words_are_not_missing_subjects(frame):
+    terms = [t for t in ("day", "pass", "data", "charg") if t[:3] in frame]
+    missing = [w for w in ("last", "left", "now") if f" {w}" in frame]
+    h = hit("day-pass", "The EU Roam Day Pass costs $10 and lasts 24 hours. Data: see your balance.",
+            dense=0.5, covered=tuple(terms), missing=tuple(missing))
+    from policy.evidence import coverage
+
+    assert coverage(h, {}) == 1.0
