@@ -88,5 +88,5 @@ def test_bench_voice_json(tmp_path):
     r = run("bench", "voice", "--limit", "1", "--json", "--state-dir", str(tmp_path), timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
-    assert {"p50_ms", "p95_ms", "stages", "rtf", "rss_mb", "cores"} <= set(res)
+    assert {"p50_ms", "p95_ms", "stages", "rtf", "rss_mb", "cores", "early_end_rate"} <= set(res)
     assert res["turns"] >= 1 and 200 < res["p50_ms"] < 10000 and 0 < res["rtf"] < 1

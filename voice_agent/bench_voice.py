@@ -42,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="skip the second, KB-biased transcription of turns about to be refused")
     p.add_argument("--no-speculative-reply", action="store_true",
                    help="transcribe at the pause, but decide and render the reply only after the turn has ended")
+    p.add_argument("--no-early-end", action="store_true",
+                   help="always wait the full end-of-turn silence, even after a finished question")
     p.add_argument("--pause-ms", type=int, default=None, help="VAD pause that starts the speculation "
                    "(default: CallConfig's)")
     p.add_argument("--state-dir", default=None, help="audit/handoff folder (default: a temporary one)")
@@ -129,7 +131,7 @@ async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) ->
         total = (first_audio[k] - spoken_end_wall) * 1000
         row = {"total": total, "endpoint": total - t.get("turn_end_to_first_audio", float("nan"))}
         for s in ("asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "asr_rtf", "asr_speculative",
-                  "speculative_reply", "speculative_reply_lead"):
+                  "speculative_reply", "speculative_reply_lead", "early_end"):
             if s in t:
                 row[s] = t[s]
         rows.append(row)
@@ -206,6 +208,7 @@ def cli(argv: list[str]) -> int:
                         speculative_asr=not args.no_speculative,
                         speculative_reply=not (args.no_speculative or args.no_speculative_reply),
                         asr_repair=not args.no_asr_repair,
+                        **({"early_end_ms": None} if args.no_early_end else {}),
                         **({"pause_ms": args.pause_ms} if args.pause_ms else {}))
     rows: list[dict[str, float]] = []
     try:
@@ -226,10 +229,12 @@ def cli(argv: list[str]) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     spec = float(np.mean([r.get("asr_speculative", 0.0) for r in rows]))
     spec_reply = float(np.mean([r.get("speculative_reply", 0.0) for r in rows]))
+    early = float(np.mean([r.get("early_end", 0.0) for r in rows]))
     result = {"p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
               "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
               "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(spec, 2),
               "speculative_reply_hit_rate": round(spec_reply, 2), "pause_ms": config.pause_ms,
+              "early_end_rate": round(early, 2), "early_end_ms": config.early_end_ms,
               "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
     if not args.json:
         print(f"\n{len(rows)} turns from {len(recordings)} recordings, ASR {args.asr_model}, {cores} cores")
@@ -237,7 +242,8 @@ def cli(argv: list[str]) -> int:
         for s in STAGES:
             print(f"{s:<16}{stages[s]['p50']:>10.0f}{stages[s]['p95']:>10.0f}")
         print(f"ASR real-time factor {rtf:.3f}; speculative ASR used on {spec:.0%} of turns, "
-              f"speculative reply audio on {spec_reply:.0%} (pause {config.pause_ms} ms); "
+              f"speculative reply audio on {spec_reply:.0%} (pause {config.pause_ms} ms); turn ended early "
+              f"(after {config.early_end_ms} ms of silence) on {early:.0%}; "
               f"peak RSS {rss:.0f} MB (incl. TTS worker); load {load_s:.1f} s")
         print("end of speech -> first reply audio: p50 {p50_ms:.0f} ms, p95 {p95_ms:.0f} ms (goal 600 / 900)"
               .format(**result))
