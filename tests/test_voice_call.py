@@ -590,3 +590,38 @@ def test_a_new_question_after_the_continuation_window_is_its_own_turn(question_1
     ev = asyncio.run(paced(call, x))
     assert len(session.turns) == 2 and not session.restored
     assert sum(e.type == "audio_end" for e in ev) == 2
+
+
+@pytest.mark.audio
+@pytest.mark.slow
+def test_real_runtime_merges_a_question_the_caller_goes_on_with(tmp_path):
+    """Real VAD, whisper, engine and piper, at real-time pace with barge-in on: a finished question
+    ends the turn early; the caller goes on; one turn for both parts, the first one superseded."""
+    import json
+
+    rt = VoiceRuntime.load("fixtures/kb", state_dir=tmp_path)
+    try:
+        def say(text):  # the caller's voice: piper, as in the fixtures
+            pcm, sr = rt.tts.synthesize_all(text, normalize=False, noise_scale=0.0, noise_w_scale=0.0)
+            x = pcm.astype(np.float32) / 32768.0 if pcm.dtype == np.int16 else pcm.astype(np.float32)
+            return _trimmed(resample(x, sr, SR))
+
+        first = say("How do I reset my home router?")
+        rest = say("I mean the Hub 3 in my living room.")
+        x = np.concatenate([first, np.zeros(int(0.6 * SR), np.float32), rest, np.zeros(int(1.5 * SR), np.float32)])
+        rt.transcriber.warmup()
+        # a longer full silence than the default 500 ms leaves a slow machine room to end early
+        call = rt.new_call(config=CallConfig(barge_in=True, end_silence_ms=800))
+        ev = asyncio.run(paced(call, x))
+    finally:
+        rt.close()
+    transcripts = [e.text for e in ev if e.type == "transcript"]
+    assert call.timings[0]["early_end"] == 1.0, transcripts
+    assert call.timings[-1]["continued"] == 1.0 and len(call.timings) == 2, transcripts
+    assert "router" in transcripts[-1].lower() and "living room" in transcripts[-1].lower()  # one turn
+    assert any(e.type == "clear" for e in ev)  # the early reply was stopped
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    superseded = [r for r in audit if r.get("kind") == "turn_superseded"]
+    turns = [r for r in audit if r.get("decision")]
+    assert len(superseded) == 1 and superseded[0]["audit_id"] == turns[0]["audit_id"]
+    assert superseded[0]["reason"] == "caller_continued" and len(turns) == 2
