@@ -101,6 +101,10 @@ def fact_kind(question: str) -> FactKind:
     t = normalize_text(question)
     for kind, rx in _FACT_PATTERNS:
         if re.search(rx, t):
+            # "How do I get my refund?" asks how the refund reaches the caller: a process the
+            # evidence describes ("refunds are paid to the original card"), not steps to follow.
+            if kind == "procedure" and re.search(r"\bhow (do|can|will|would) (i|we) (get|receive)\b", t):
+                return "any"
             return kind
     return "any"
 

@@ -174,3 +174,15 @@ def test_time_and_quantity_frame_words_are_not_missing_subjects(frame):
     from policy.evidence import coverage
 
     assert coverage(h, {}) == 1.0
+
+
+def test_how_do_i_get_asks_for_a_process_not_steps():
+    from policy.signals import fact_kind
+
+    assert fact_kind("How do I get my early cancellation refund?") == "any"
+    assert fact_kind("How will I receive the money?") == "any"
+    assert fact_kind("How do I cancel my plan?") == "procedure"
+    # the refund section describes how the money arrives, with no steps to follow: an answer
+    money = "Refunds are paid to the original payment method within 5 to 10 business days."
+    o = run("how do i get my refund", result(hit("refund-2026", money, covered=("refund",))))
+    assert o.action == Action.answer
