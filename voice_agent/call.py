@@ -227,6 +227,7 @@ class _Turn(BaseModel):
     superseded: bool = False  # an early turn that the caller went on with: do not speak its reply
     snapshot: Any = None  # conversation state before this (early) turn, to undo it when superseded
     audit_id: str = ""
+    reply_id: str = ""  # its reply audio, once started
 
 
 _DONE = object()
@@ -319,6 +320,7 @@ class CallSession:
         self._continuing: _Turn | None = None  # speech now in progress continues this early turn
         self._turn_no = 0
         self._playing_id: str | None = None
+        self._cleared: set[str] = set()  # replies a `clear` was sent for
         self._cancel_reply = threading.Event()
         self._held = np.zeros(0, dtype=np.float32)  # mic audio kept while a reply plays
         self._closed = False
@@ -399,7 +401,7 @@ class CallSession:
         reply = self._playing_id
         self._cancel_reply.set()
         self._playing_id = None
-        self._emit(ClearEvent(id=reply))
+        self._clear(reply)
         # Replay the caller's words from just before they started into the endpointer.
         mic_now = self._barge._mic_pos / SR
         back = int((mic_now - onset_s + self.config.pre_roll_ms / 1000 + 0.1) * SR)
@@ -488,9 +490,17 @@ class CallSession:
         early.superseded = True
         self._continuing = early
         self._cancel_reply.set()
-        if self._playing_id is not None:
-            self._emit(ClearEvent(id=self._playing_id))
-            self._playing_id = None
+        if early.reply_id:  # with or without barge-in: the client drops what it has not played
+            self._clear(early.reply_id)
+            if self._playing_id == early.reply_id:
+                self._playing_id = None
+
+    def _clear(self, reply_id: str | None) -> None:
+        """Tell the client to drop a reply's unplayed audio (once per reply)."""
+        if reply_id is None or reply_id in self._cleared:
+            return
+        self._cleared.add(reply_id)
+        self._emit(ClearEvent(id=reply_id))
 
     # -- speculative reply -------------------------------------------------------------------
     async def _speculate(self, asr: asyncio.Task, audio: np.ndarray) -> _Render | None:
@@ -748,7 +758,7 @@ class CallSession:
                 if self._current is not None and self._current.superseded and not cancel.is_set():
                     cancel.set()  # the caller went on after an early end of turn
                     if started:
-                        self._emit(ClearEvent(id=reply_id))
+                        self._clear(reply_id)
                 if cancel.is_set():
                     continue
                 pcm = item.pcm.astype(np.float32) / 32768.0
@@ -758,6 +768,8 @@ class CallSession:
                 if not started:
                     self._emit(AudioStart(id=reply_id, sample_rate=c.output_rate, encoding=c.output_encoding))
                     started = True
+                    if self._current is not None:
+                        self._current.reply_id = reply_id
                     if self._barge is not None:
                         self._barge.reset()
                         self._playing_id = reply_id
