@@ -40,7 +40,7 @@ FRAME_TERMS = frozenset(content_terms(
     "mean means possible able thing sure kind sort find use using used have make do put give see "
     "think believe guess wonder seem seems without come comes coming "
     # time and quantity frames: "how long does it last", "how much have I got left", "what is it now"
-    "last lasts lasting left remain remains remaining now currently"))
+    "last lasts lasting left remain remains remaining now currently once start starts started starting"))
 
 
 def _counts(term: str) -> bool:

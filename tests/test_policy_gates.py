@@ -165,10 +165,13 @@ def test_every_question_term_in_one_section_answers_despite_distant_wording():
 
 
 @pytest.mark.parametrize("frame", ["how long does the day pass last", "how much data have i got left",
-                                   "what is the day pass charge now"])
+                                   "what is the day pass charge now", "once i start the day pass"])
 def test_time_and_quantity_frame_words_are_not_missing_subjects(frame):
     terms = [t for t in ("day", "pass", "data", "charg") if t[:3] in frame]
-    missing = [w for w in ("last", "left", "now") if f" {w}" in frame]
+    from kb.tokenize import content_terms
+
+    missing = [t for w in ("last", "left", "now", "once", "start") if f" {w}" in frame or frame.startswith(w)
+               for t in content_terms(w)]  # as the index spells them
     h = hit("day-pass", "The EU Roam Day Pass costs $10 and lasts 24 hours. Data: see your balance.",
             dense=0.5, covered=tuple(terms), missing=tuple(missing))
     from policy.evidence import coverage
