@@ -36,6 +36,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (its CPU affinity, where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (every benchmark reports it)."""
     kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux

@@ -10,9 +10,8 @@ with `Hit.status` telling the policy so.
 """
 from __future__ import annotations
 
-import re
-
 import datetime as dt
+import re
 import sys
 import threading
 import time

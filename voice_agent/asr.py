@@ -187,8 +187,9 @@ def default_workers() -> int:
     """Parallel transcriptions: one per core (at most 4). On short turns tiny.en decodes as fast
     on one thread as on two (97 vs 98 ms here), so two one-thread workers on 2 cores transcribe
     two calls in the time of one (8 turns: 529 ms vs 798 ms one after another on two threads)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(4, cores))
+    from kb.bench import usable_cores
+
+    return max(1, min(4, usable_cores()))
 
 
 def build_prompt(vocabulary: list[str] | None, limit: int = MAX_PROMPT_TERMS) -> str | None:

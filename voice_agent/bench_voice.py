@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -226,7 +225,9 @@ def cli(argv: list[str]) -> int:
     stages = {s: {"p50": round(_pct([r[s] for r in rows if s in r], 50), 1),
                   "p95": round(_pct([r[s] for r in rows if s in r], 95), 1)} for s in STAGES}
     rtf = float(np.mean([r["asr_rtf"] for r in rows if "asr_rtf" in r]))
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    from kb.bench import usable_cores
+
+    cores = usable_cores()
     spec = float(np.mean([r.get("asr_speculative", 0.0) for r in rows]))
     spec_reply = float(np.mean([r.get("speculative_reply", 0.0) for r in rows]))
     early = float(np.mean([r.get("early_end", 0.0) for r in rows]))
