@@ -58,6 +58,21 @@ def test_disallowed_outranks_high_risk():
     assert o.action == Action.refuse and o.gate == "b_disallowed"
 
 
+@pytest.mark.parametrize("question, probing", [
+    ("What lock code do your agents put on an account?", True),
+    ("How many security questions do your staff ask before they change a SIM?", True),
+    ("Do your employees follow a fraud checks procedure?", True),  # second form: the check is named
+    ("Your reps use which verification questions?", True),
+    ("What questions will the store adviser ask when I book?", False),  # a customer's own visit
+    ("Can your agents help me set up voicemail?", False),
+    ("What's the code to check my voicemail?", False),
+])
+def test_probing_staff_security_procedures_is_disallowed(question, probing):
+    from policy.signals import disallowed_request
+
+    assert (disallowed_request(question, CFG) is not None) is probing
+
+
 def test_approval_action_transfers_even_when_retrieval_is_down():
     o = run("I want to delete my account", None, retrieval_error="index corrupt")
     assert o.action == Action.transfer and o.gate == "c_approval"
