@@ -3,6 +3,7 @@ answer it, which facts of the question does it leave out. Topic similarity is no
 a hit needs both semantic closeness (dense cosine) and coverage of the question's own terms."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from kb.models import EffectiveStatus, Hit, RetrievalResult
@@ -43,6 +44,27 @@ FRAME_TERMS = frozenset(content_terms(
     "last lasts lasting left remain remains remaining now currently once start starts started starting"))
 
 
+# In a question about a price, the words for paying name the kind of fact ("do I have to pay for paper
+# bills"), which signals.fact_kind checks; the evidence says "free" or "$2.50", not "pay".
+KIND_FRAME_TERMS: dict[str, frozenset[str]] = {
+    "amount": frozenset(content_terms("pay paying paid cost costs price prices fee fees charge charges charged")),
+}
+
+# A number the caller states about themselves ("I'm 78", "aged 70", "I have 3 lines") is a value
+# to hold against the evidence's condition ("aged 75 or over", "4 or more lines"), not a word the
+# evidence must repeat.
+_STATED_NUMBER = re.compile(
+    r"\b(?:i'?m|i am|we'?re|we are|aged?|(?:i|we) have)\s+(?:about |nearly |almost |over |under )?(\d{1,3})\b"
+    r"(?!\s*(?:%|percent|gb|mb|dollars?|pounds?|euros?|cents?|days?|weeks?|months?|hours?|minutes?))"
+    r"|\b(\d{1,3})[ -](?:years?|yrs?)[ -]old\b")
+_CONDITION = re.compile(r"\b(?:aged|age|years old|or (?:over|older|more|under|younger|fewer|less)"
+                        r"|(?:over|under|at least|up to|older than|younger than|more than|fewer than|less than) \d)")
+
+
+def stated_numbers(question: str) -> set[str]:
+    return {m.group(1) or m.group(2) for m in _STATED_NUMBER.finditer(question.lower())}
+
+
 def _counts(term: str) -> bool:
     # a stray single letter ("q r code" heard letter by letter) names nothing by itself
     return term not in FRAME_TERMS and not (len(term) == 1 and term.isalpha())
@@ -54,8 +76,11 @@ def _joined_forms(terms: list[str]) -> set[str]:
     return {t for t in ts if any(t.startswith(a) and t[len(a):] in ts for a in ts if a != t)}
 
 
-def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8) -> float:
-    terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t)]
+def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8,
+             frame: frozenset[str] = frozenset(), held: frozenset[str] = frozenset()) -> float:
+    """`frame`: terms that only frame this kind of question; `held`: stated numbers this section
+    holds a condition for (both leave the sum; see grade)."""
+    terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t) and t not in frame and t not in held]
     joined = _joined_forms(terms)
     terms = [t for t in terms if t not in joined]
     if not terms:
@@ -73,8 +98,13 @@ def covers(hit: Hit, term: str) -> bool:
 def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[GradedHit]:
     graded = []
     top_lex = max((h.lexical_score for h in result.hits), default=0.0) or 1.0
+    frame = KIND_FRAME_TERMS.get(kind, frozenset())
+    if not any(_counts(t) and t not in frame for t in result.query_terms):
+        frame = frozenset()  # nothing else named: the charge itself is the subject ("what's the charge if …")
+    stated = stated_numbers(result.query)
     for hit in result.hits:
-        cov = coverage(hit, result.term_weights, th.soft_weight)
+        held = frozenset(n for n in stated if n in hit.missing_terms and _CONDITION.search(hit.text.lower()))
+        cov = coverage(hit, result.term_weights, th.soft_weight, frame, held)
         dense = hit.dense_score
         if dense is None or result.lexical_only:
             relevant = cov >= th.min_coverage and hit.lexical_score > 0
@@ -91,6 +121,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
                                 [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered
+                                 and t not in frame and t not in held
                                  and t not in _joined_forms(hit.covered_terms + hit.missing_terms)]))
     # A clear semantic winner: one section far closer in meaning than any other, and close in
     # absolute terms, is the answer to a paraphrase that shares few words with it.

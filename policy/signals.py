@@ -76,7 +76,7 @@ def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]]) -> dict[str
 
 _FACT_PATTERNS: list[tuple[FactKind, str]] = [
     ("duration", r"\bhow (long|many (days|hours|weeks|months|minutes))\b|\bhow soon\b|\bwithin how\b"),
-    ("amount", r"\bhow much\b|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
+    ("amount", r"\bhow much\b|\b(have|need|got) to pay\b|\bpay (extra|more|anything) for\b|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
                r"|[$€£]\s?\d|\b\d+(\.\d+)? ?(dollars?|cents?|euros?|pounds?)\b"),
     ("date", r"\bwhen (is|are|will|do|does)\b.*\b(due|start|end|expire|renew|close|open)\b|\bwhat date\b|\bwhich day\b"),
     ("count", r"\bhow many\b"),

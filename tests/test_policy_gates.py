@@ -204,3 +204,44 @@ def test_how_do_i_get_asks_for_a_process_not_steps():
     money = "Refunds are paid to the original payment method within 5 to 10 business days."
     o = run("how do i get my refund", result(hit("refund-2026", money, covered=("refund",))))
     assert o.action == Action.answer
+
+
+PAPER_FREE = "Paper bills are free for customers aged 75 or over."
+
+
+def test_a_stated_age_is_held_against_the_evidence_condition():
+    from policy.evidence import stated_numbers
+
+    assert stated_numbers("i'm 78. do i have to pay for paper bills?") == {"78"}
+    assert stated_numbers("my mum is 80 years old") == {"80"}
+    assert stated_numbers("i'm 5 days late") == set()  # a duration, not the caller
+    q = "i'm 78. do i have to pay for paper bills?"
+    idf = {"78": 4.0, "paper": 2.0, "bill": 1.5, "pay": 1.2}  # a number the KB never says weighs most
+
+    def res(h):
+        r = result(h, query=q)
+        r.term_weights = idf
+        return r
+
+    with_condition = hit("paper-fee", PAPER_FREE, dense=0.55, covered=("paper", "bill"), missing=("78", "pay"))
+    o = run(q, res(with_condition))
+    assert o.action == Action.answer, o.gate
+    # a section with no age condition does not hold "78": the number stays missing
+    plain = hit("paper-fee", "A paper bill costs $2.50.", dense=0.55, covered=("paper", "bill"), missing=("78", "pay"))
+    assert run(q, res(plain)).action != Action.answer
+
+
+def test_paying_words_frame_a_price_question_unless_they_are_all_it_names():
+    from policy.evidence import grade
+    from policy.signals import fact_kind
+
+    q = "do i have to pay for paper bills?"
+    assert fact_kind(q) == "amount"
+    free = hit("paper-fee", PAPER_FREE, dense=0.55, covered=("paper", "bill"), missing=("pay",))
+    g = grade(result(free, query=q), CFG.thresholds, "amount")[0]
+    assert g.coverage == 1.0 and g.missing_terms == []
+    # "what's the charge if I don't pay on time": the charge is the subject, so it must be covered
+    q2 = "what's the charge if i don't pay on time?"
+    late = hit("late-fee", "A late payment fee of $10 applies.", dense=0.5, covered=(), missing=("charg", "pay"))
+    g2 = grade(result(late, query=q2), CFG.thresholds, "amount")[0]
+    assert g2.coverage == 0.0 and set(g2.missing_terms) == {"charg", "pay"}
