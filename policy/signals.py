@@ -8,7 +8,7 @@ from typing import Iterable, Literal
 
 from .config import PolicyConfig
 
-FactKind = Literal["duration", "amount", "date", "procedure", "count", "any"]
+FactKind = Literal["duration", "amount", "date", "clock", "procedure", "count", "any"]
 
 
 def normalize_text(text: str) -> str:
@@ -78,6 +78,8 @@ _FACT_PATTERNS: list[tuple[FactKind, str]] = [
     ("duration", r"\bhow (long|many (days|hours|weeks|months|minutes))\b|\bhow soon\b|\bwithin how\b"),
     ("amount", r"\bhow much\b|\b(have|need|got) to pay\b|\bpay (extra|more|anything) for\b|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
                r"|[$€£]\s?\d|\b\d+(\.\d+)? ?(dollars?|cents?|euros?|pounds?)\b"),
+    # a time of day: "what time does the store shut", "how late is the line open", "opening hours"
+    ("clock", r"\bwhat time\b|\bhow (late|early)\b|\b(opening|closing) (time|hour)s?\b"),
     ("date", r"\bwhen (is|are|will|do|does)\b.*\b(due|start|end|expire|renew|close|open)\b|\bwhat date\b|\bwhich day\b"),
     ("count", r"\bhow many\b"),
     ("procedure", r"\bhow (do|can|should|would) (i|we|you)\b|\bwhat (are the )?steps\b|\bhow to\b|\bwhere do i\b"),
@@ -91,6 +93,7 @@ _FACT_EVIDENCE: dict[FactKind, str] = {
     # a "when" is also answered relative to an event: "21 days after the bill date"
     "date": r"\b\d+\s*(business |working |calendar )?(day|week|month)s? (after|before|from)\b|\bbill date\b|\b(19|20)\d\d-\d\d(-\d\d)?\b|\b(january|february|march|april|may|june|july|august|september|october|november|december)\b|"
             r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b|\b\d+(st|nd|rd|th)\b|\bday of\b|\bbilling date\b",
+    "clock": r"\b\d{1,2}(:\d\d)?\s?(am|pm|a\.m\.|p\.m\.)|\b\d{1,2}:\d\d\b|\bnoon\b|\bmidnight\b|\b24 hours\b|\b24/7\b",
     "count": r"\b\d+\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|unlimited)\b",
     "procedure": r"\b(go to|open|select|tap|press|dial|call|visit|log in|sign in|choose|enter|send|text|click|follow|hold|reply|fill|bring|sign|turn|restart|insert|scan)\b",
 }

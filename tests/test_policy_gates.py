@@ -245,3 +245,32 @@ def test_paying_words_frame_a_price_question_unless_they_are_all_it_names():
     late = hit("late-fee", "A late payment fee of $10 applies.", dense=0.5, covered=(), missing=("charg", "pay"))
     g2 = grade(result(late, query=q2), CFG.thresholds, "amount")[0]
     assert g2.coverage == 0.0 and set(g2.missing_terms) == {"charg", "pay"}
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("What time does the big shop on Market Street shut?", "clock"),
+    ("How late is the payment line open?", "clock"),
+    ("What are your opening hours on Sunday?", "clock"),
+    ("When does the promotion end?", "date"),  # a day, not a time of day
+])
+def test_time_of_day_questions(question, kind):
+    from policy.signals import evidence_has_fact, fact_kind
+
+    assert fact_kind(question) == kind
+    if kind == "clock":
+        assert evidence_has_fact("clock", "Open every day from 8am to 8pm.")
+        assert not evidence_has_fact("clock", "Stores are open on weekdays.")
+
+
+def test_opening_words_frame_a_time_question():
+    from policy.evidence import grade
+
+    q = "what time does the big shop on market street shut?"
+    hours = hit("store-hours", "Our flagship store at 200 Market Street is open every day from 8am to 8pm.",
+                dense=0.51, covered=("market", "street", "shop"), missing=("big", "shut"))
+    r = result(hours, query=q)
+    r.term_weights = {"big": 4.3, "market": 3.4, "street": 3.4, "shop": 2.0, "shut": 4.3}
+    g = grade(r, CFG.thresholds, "clock")[0]
+    assert g.missing_terms == ["big"] and g.answers and g.has_fact
+    # the same words in a question of another kind still count as missing
+    assert "shut" in grade(r, CFG.thresholds, "any")[0].missing_terms
