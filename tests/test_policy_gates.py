@@ -66,8 +66,12 @@ def test_disallowed_outranks_high_risk():
     ("What questions will the store adviser ask when I book?", False),  # a customer's own visit
     ("Can your agents help me set up voicemail?", False),
     ("What's the code to check my voicemail?", False),
+    ("How do I get around the Family Safe block without the PIN?", True),
+    ("Can I bypass the content filter?", True),
+    ("How do I get round the parental lock on my son's phone?", True),
+    ("How do I get around town with roaming on?", False),
 ])
-def test_probing_staff_security_procedures_is_disallowed(question, probing):
+def test_probing_or_getting_past_security_is_disallowed(question, probing):
     from policy.signals import disallowed_request
 
     assert (disallowed_request(question, CFG) is not None) is probing
