@@ -15,8 +15,9 @@ from .normalize import common_words
 def _speakable_source(g: GradedHit) -> str:
     title = g.hit.title.rstrip(".")
     first, _, rest = title.partition(" ")
-    # "Early cancellation refunds" -> "early …", but names stay as written ("Northbeam Hub 3")
-    if first.lower() in common_words():
+    # "Early cancellation refunds" -> "early …", but names stay as written ("Northbeam Hub 3", and
+    # "Family Safe parental controls", where the capital on the next word marks a two-word name)
+    if first.lower() in common_words() and not rest[:1].isupper():
         title = f"{first.lower()} {rest}".strip()
     version = f", version {g.hit.version}" if g.hit.version else ""
     return f"According to our {title}{version}"

@@ -63,6 +63,18 @@ _CONDITION = re.compile(r"\b(?:aged|age|years old|or (?:over|older|more|under|yo
                         r"|(?:over|under|at least|up to|older than|younger than|more than|fewer than|less than) \d)")
 
 
+# Whose line it is ("my kids phone", "my daughter's phone"): the caller says for whom they ask, and the
+# evidence, written for every account holder, does not repeat it. (Another person's private data is
+# refused before this matters: see the policy's disallowed lexicon.)
+_POSSESSOR = re.compile(
+    r"\b(?:my|our) (kid|child|children|son|daughter|wife|husband|partner|mum|mom|mother|dad|father|brother|sister|"
+    r"grandma|grandmother|grandpa|grandfather|grandson|granddaughter|teen|teenager|nephew|niece)(?:'s|s'|s)\s+[a-z]")
+
+
+def possessor_terms(question: str) -> frozenset[str]:
+    return frozenset(t for m in _POSSESSOR.finditer(question.lower()) for t in content_terms(m.group(1)))
+
+
 def stated_numbers(question: str) -> set[str]:
     return {m.group(1) or m.group(2) for m in _STATED_NUMBER.finditer(question.lower())}
 
@@ -103,6 +115,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
     frame = KIND_FRAME_TERMS.get(kind, frozenset())
     if not any(_counts(t) and t not in frame for t in result.query_terms):
         frame = frozenset()  # nothing else named: the charge itself is the subject ("what's the charge if …")
+    frame |= possessor_terms(result.query)
     stated = stated_numbers(result.query)
     for hit in result.hits:
         held = frozenset(n for n in stated if n in hit.missing_terms and _CONDITION.search(hit.text.lower()))
