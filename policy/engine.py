@@ -27,7 +27,7 @@ from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
 from .normalize import normalize_transcript
-from .signals import facet_vocabulary, normalize_text, stated_facets
+from .signals import approval_action, facet_vocabulary, lexicon_words, normalize_text, stated_facets
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -218,9 +218,18 @@ class Session:
             timings["soft_match"] = (time.perf_counter() - ts) * 1000
 
         t2 = time.perf_counter()
+        action_hits = []
+        if result is not None and self.policy == "gated" and (m := approval_action(normalized, cfg)):
+            # route the action by its own words: "I'm going to sue" is closest in meaning to
+            # whatever the caller was upset about, but the legal page names legal action
+            try:
+                action_hits = eng.retriever.search(lexicon_words(m), role=self.role, facets=self.facets,
+                                                   on_date=eng.on_date or dt.date.today(), k=3).hits
+            except RetrievalUnavailable:
+                pass
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
                           caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
-                          teams=eng.teams(self.role),
+                          teams=eng.teams(self.role), action_hits=action_hits,
                           asr_low_confidence=low_conf)
         if self.policy == "gated":
             outcome = decide(facts, cfg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from kb.models import RISK_ORDER, EffectiveStatus, RetrievalResult
+from kb.models import RISK_ORDER, EffectiveStatus, Hit, RetrievalResult
 from kb.tokenize import content_terms
 
 from .config import PolicyConfig
@@ -34,6 +34,9 @@ class TurnFacts:
     caller_facets: dict[str, str] = field(default_factory=dict)
     kb_facets: dict[str, set[str]] = field(default_factory=dict)  # facet values the caller's KB view uses
     teams: set[str] = field(default_factory=set)  # handoff teams of the documents the caller may see
+    # sections found for the words of the approval action the caller asked for ("sue" -> the legal
+    # page): the team that handles that action, when it is not what the question is closest to
+    action_hits: list[Hit] = field(default_factory=list)
     asr_low_confidence: bool = False
 
 
@@ -221,9 +224,18 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
             risky = [closest]
     if m := approval_action(q, cfg):
         signals["approval_action"] = m
+        # the action's team: a high-risk section that names the action itself ("legal action" for
+        # "I'm going to sue"), else a high-risk section among the closest in meaning, if any
+        # (close in meaning to those words too: "sign me up" shares only the word "sign" with the
+        # warning-signs page)
+        named = [h for h in facts.action_hits if h.lexical_score > 0 and h.handoff_team
+                 and (h.dense_score is None or h.dense_score >= cfg.thresholds.min_dense)
+                 and RISK_ORDER[h.risk] >= RISK_ORDER["high"] and h.status == EffectiveStatus.active]
+        team = named[0].handoff_team if named else _team(risky or by_meaning[:3] or top, cfg, prefer_risky=True)
+        if named:
+            signals["action_section"] = named[0].locator
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
-                   # the action's team: a high-risk section among the closest in meaning, if any
-                   team=_team(risky or by_meaning[:3] or top, cfg, prefer_risky=True), evidence=(risky or top)[:3],
+                   team=team, evidence=(risky or top)[:3],
                    risk_level=max(_risk_of(top), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if top else "missing")
     if risky:

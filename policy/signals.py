@@ -43,6 +43,18 @@ def approval_action(text: str, cfg: PolicyConfig) -> str | None:
     return first_match(text, cfg.lexicons.approval_actions)
 
 
+def lexicon_words(pattern: str) -> str:
+    """The words a lexicon pattern is written with ("\\b(sue|lawyer|legal action)\\b" -> "sue lawyer
+    legal action"): what the matched action is about, to search the KB with."""
+    from kb.tokenize import STOPWORDS
+
+    text = re.sub(r"\[([^\]])[^\]]*\]", r"\1", pattern)  # a character class reads as its first letter
+    text = re.sub(r"\\[a-zA-Z]|\{[^}]*\}|[*+]", " ", text)
+    text = re.sub(r"(\w)'?\?", r"\1", text)  # "didn'?t" -> "didnt", "charged?" -> "charged"
+    words = re.findall(r"[a-z][a-z']+", text)
+    return " ".join(dict.fromkeys(w for w in words if w not in STOPWORDS and len(w) > 2))
+
+
 def facet_vocabulary(cfg: PolicyConfig, kb_facets: dict[str, set[str]]) -> dict[str, dict[str, list[str]]]:
     """Phrases per facet value: the KB's own applies_to values plus the policy's spoken synonyms."""
     vocab: dict[str, dict[str, list[str]]] = {}

@@ -64,6 +64,16 @@ def test_high_risk_topic_transfers_to_its_team(engine):
     assert d.action == Action.transfer and d.handoff.team == "privacy"
 
 
+def test_an_approval_action_goes_to_the_team_its_own_words_name(engine):
+    # "sue" is closest in meaning to whatever upset the caller (the SIM-swap fraud page scores
+    # highest), but legal action is the legal team's: the lexicon pattern's words find its page
+    d = ask(engine, "I'm going to sue Northbeam over this.")
+    assert d.action == Action.transfer and d.handoff.team == "legal"
+    # a pattern made of everyday verbs ("sign me up") names no page; routing stays as it was
+    d = ask(engine, "Sign me up for the International Saver add-on.")
+    assert d.action == Action.transfer and d.handoff.team != "fraud"
+
+
 def test_restricted_document_never_reaches_a_public_caller(engine):
     restricted = [doc for doc in engine.kb.docs.values() if "public" not in doc.acl]
     assert restricted

@@ -314,3 +314,23 @@ def test_whose_phone_it_is_frames_the_question():
     r.term_weights = {"kid": 4.3, "phon": 1.8, "turn": 2.2, "fami": 3.4, "saf": 3.4}
     g = grade(r, CFG.thresholds, "procedure")[0]
     assert "kid" not in g.missing_terms and g.answers
+
+
+def test_lexicon_words_read_a_pattern_as_its_words():
+    from policy.signals import lexicon_words
+
+    assert lexicon_words(r"\b(sue|suing|lawyer|legal action)\b") == "sue suing lawyer legal action"
+    assert lexicon_words(r"\bcharged? (me )?twice\b|\bunauthori[sz]ed (charge|payment)\b") == \
+        "charged twice unauthorised charge payment"
+
+
+def test_approval_routes_to_the_high_risk_section_named_by_the_action():
+    legal = hit("legal", "If you intend to take legal action, your case goes to the Legal team.", risk="high",
+                team="legal", dense=0.42, covered=("legal", "action"))
+    fraud = hit("fraud", "If someone took over your number, call us.", risk="critical", team="fraud", dense=0.53,
+                covered=())
+    o = run("i'm going to sue northbeam over this", result(fraud), action_hits=[legal])
+    assert o.gate == "c_approval" and o.team == "legal"
+    # a section found only by an everyday word, and far in meaning, does not route the action
+    far = legal.model_copy(update={"dense_score": 0.05})
+    assert run("i'm going to sue northbeam over this", result(fraud), action_hits=[far]).team == "fraud"
