@@ -224,7 +224,7 @@ class Session:
             # whatever the caller was upset about, but the legal page names legal action
             try:
                 action_hits = eng.retriever.search(lexicon_words(m), role=self.role, facets=self.facets,
-                                                   on_date=eng.on_date or dt.date.today(), k=3).hits
+                                                   on_date=eng.on_date or dt.date.today(), k=3, faults=faults).hits
             except RetrievalUnavailable:
                 pass
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
