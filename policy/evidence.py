@@ -24,6 +24,7 @@ class GradedHit:
     has_fact: bool  # contains the kind of fact the question asks for
     score: float  # one number to rank graded hits by (not a probability)
     missing_terms: list[str] = field(default_factory=list)
+    held: frozenset[str] = frozenset()  # numbers the caller stated that this section's condition holds
 
     @property
     def active(self) -> bool:
@@ -137,7 +138,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
                                 [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered
                                  and t not in frame and t not in held
-                                 and t not in _joined_forms(hit.covered_terms + hit.missing_terms)]))
+                                 and t not in _joined_forms(hit.covered_terms + hit.missing_terms)], held))
     # A clear semantic winner: one section far closer in meaning than any other, and close in
     # absolute terms, is the answer to a paraphrase that shares few words with it.
     by_dense = sorted((g for g in graded if g.dense is not None), key=lambda g: -(g.dense or 0.0))

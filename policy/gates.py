@@ -18,7 +18,8 @@ from .decision import Action, Reason
 from .evidence import FRAME_TERMS, GradedHit, competitors, grade
 from .extract import pick_sentences
 from .numbers import quantities
-from .signals import GENERIC_VERBS, action_verb, approval_action, asked_terms, yes_no_question, disallowed_request, fact_kind, human_requested
+from .signals import (GENERIC_VERBS, action_verb, approval_action, asked_terms, disallowed_request, fact_kind,
+                      heading_fits, human_requested, yes_no_question)
 
 
 _GENERIC_TERMS = frozenset(t for v in GENERIC_VERBS for t in content_terms(v))
@@ -306,7 +307,12 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     docs = {g.doc_id for g in cands if g.answers}
     pool = cands + [g for g in active if g.doc_id in docs and g.relevant and g not in cands]
     asked = asked_terms(q)
-    best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, round(_body_coverage(g, facts.result, asked), 2),
+    # … then one whose condition holds the number the caller gave ("aged 75 or over" for "I'm 78"), then
+    # one whose heading says it gives that kind of fact ("How to turn roaming on" rather than "Roaming
+    # is off until you turn it on" for "how do I switch on roaming")
+    best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, len(g.held),
+                                    g.has_fact and heading_fits(kind, g.hit.heading),
+                                    round(_body_coverage(g, facts.result, asked), 2),
                                     g.answers, g.coverage + (g.dense or 0)))
     verb = action_verb(q)
     # the action must be named outright: word similarity confuses opposites (pause ~ continue)

@@ -124,6 +124,25 @@ def fact_kind(question: str) -> FactKind:
     return "any"
 
 
+# Headings that say which kind of fact their section gives ("How to turn roaming on", "When the money
+# arrives", "Replacement SIM fee"): KB headings are often the question they answer.
+_HEADING_FORM: dict[FactKind, str] = {
+    # "How to …", "Steps …", or an action in -ing ("Turning …", "Requesting …"; not "Roaming …")
+    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|set|switch|gett|chang|add|activat|apply|pay|book|cancel+|request|"
+                 r"reset|install|find|mak|submitt|us|updat|topp|mov|transferr|register|open|clos|start|stopp|block)ing\b",
+    "duration": r"\bhow long\b|\b(takes?|lasts?)\b|\bwhen .*\b(arrives?|ready|completes?|back|paid)\b",
+    "amount": r"\b(costs?|prices?|pricing|fees?|charges?|rates?|how much)\b",
+    "date": r"\bdates?\b|\bdue\b|\bdeadlines?\b",
+    "count": r"\bhow many\b|\blimits?\b|\bnumber of\b|\bmaximum\b|\ballowances?\b",
+    "clock": r"\bhours\b|\bopening\b|\btimes?\b",
+}
+
+
+def heading_fits(kind: FactKind, heading: str) -> bool:
+    rx = _HEADING_FORM.get(kind)
+    return rx is not None and re.search(rx, normalize_text(heading)) is not None
+
+
 def evidence_has_fact(kind: FactKind, text: str) -> bool:
     if kind == "any":
         return True

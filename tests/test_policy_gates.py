@@ -334,3 +334,28 @@ def test_approval_routes_to_the_high_risk_section_named_by_the_action():
     # a section found only by an everyday word, and far in meaning, does not route the action
     far = legal.model_copy(update={"dense_score": 0.05})
     assert run("i'm going to sue northbeam over this", result(fraud), action_hits=[far]).team == "fraud"
+
+
+@pytest.mark.parametrize("kind, heading, fits", [
+    ("procedure", "How to turn roaming on", True),
+    ("procedure", "Requesting a refill", True),
+    ("procedure", "Roaming is off until you turn it on", False),  # a noun in -ing is not an action
+    ("duration", "When the money arrives", True),
+    ("duration", "When a new exam is needed", False),  # "when" as a condition, not a time
+    ("amount", "Replacement SIM fee", True),
+    ("any", "Anything", False),
+])
+def test_headings_that_say_which_fact_they_give(kind, heading, fits):
+    from policy.signals import heading_fits
+
+    assert heading_fits(kind, heading) is fits
+
+
+def test_the_section_whose_heading_gives_the_asked_fact_is_spoken():
+    title = "Turning on roaming on a prepaid plan"
+    off = hit("roaming-prepaid", "Roaming is switched off on prepaid plans until you turn it on.", title=title,
+              section="roaming-is-off-until-you-turn-it-on", covered=("roam", "switch"), dense=0.66)
+    how = hit("roaming-prepaid", "Dial *#123# and choose Roaming on. Roaming starts within 10 minutes.", title=title,
+              section="how-to-turn-roaming-on", covered=("roam",), missing=("switch",), dense=0.63, rank=2)
+    o = run("and how do i switch on roaming?", result(off, how))
+    assert o.action == Action.answer and o.evidence[0].hit.section == "how-to-turn-roaming-on"
