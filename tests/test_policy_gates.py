@@ -64,6 +64,7 @@ def test_disallowed_outranks_high_risk():
     ("Do your employees follow a fraud checks procedure?", True),  # second form: the check is named
     ("Your reps use which verification questions?", True),
     ("What questions will the store adviser ask when I book?", False),  # a customer's own visit
+    ("What questions will your staff ask when I bring my dog in?", False),
     ("Can your agents help me set up voicemail?", False),
     ("What's the code to check my voicemail?", False),
     ("How do I get around the Family Safe block without the PIN?", True),
