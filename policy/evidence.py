@@ -45,8 +45,9 @@ FRAME_TERMS = frozenset(content_terms(
     "last lasts lasting left remain remains remaining now currently once start starts started starting"))
 
 
-# In a question about a price (or a time of day), the words for paying (opening) name the kind of fact ("do I have to pay for paper
-# bills"), which signals.fact_kind checks; the evidence says "free" or "$2.50", not "pay".
+# In a question about a price, the words for paying name the kind of fact ("do I have to pay for paper
+# bills"), which signals.fact_kind checks: the evidence says "free" or "$2.50", not "pay". Likewise the
+# opening and closing words of a time-of-day question.
 KIND_FRAME_TERMS: dict[str, frozenset[str]] = {
     "amount": frozenset(content_terms("pay paying paid cost costs price prices fee fees charge charges charged")),
     # "what time does the shop shut": the hours answer it, whatever verb the caller uses

@@ -88,7 +88,8 @@ def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]]) -> dict[str
 
 _FACT_PATTERNS: list[tuple[FactKind, str]] = [
     ("duration", r"\bhow (long|many (days|hours|weeks|months|minutes))\b|\bhow soon\b|\bwithin how\b"),
-    ("amount", r"\bhow much\b|\b(have|need|got) to pay\b|\bpay (extra|more|anything) for\b|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
+    ("amount", r"\bhow much\b|\b(have|need|got) to pay\b|\bpay (extra|more|anything) for\b"
+               r"|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
                r"|[$€£]\s?\d|\b\d+(\.\d+)? ?(dollars?|cents?|euros?|pounds?)\b"),
     # a time of day: "what time does the store shut", "how late is the line open", "opening hours"
     ("clock", r"\bwhat time\b|\bhow (late|early)\b|\b(opening|closing) (time|hour)s?\b"),
@@ -128,8 +129,9 @@ def fact_kind(question: str) -> FactKind:
 # arrives", "Replacement SIM fee"): KB headings are often the question they answer.
 _HEADING_FORM: dict[FactKind, str] = {
     # "How to …", "Steps …", or an action in -ing ("Turning …", "Requesting …"; not "Roaming …")
-    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|set|switch|gett|chang|add|activat|apply|pay|book|cancel+|request|"
-                 r"reset|install|find|mak|submitt|us|updat|topp|mov|transferr|register|open|clos|start|stopp|block)ing\b",
+    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|set|switch|gett|chang|add|activat|apply|pay|book|cancel+|"
+                 r"request|reset|install|find|mak|submitt|us|updat|topp|mov|transferr|register|open|clos|start|stopp|"
+                 r"block)ing\b",
     "duration": r"\bhow long\b|\b(takes?|lasts?)\b|\bwhen .*\b(arrives?|ready|completes?|back|paid)\b",
     "amount": r"\b(costs?|prices?|pricing|fees?|charges?|rates?|how much)\b",
     "date": r"\bdates?\b|\bdue\b|\bdeadlines?\b",
