@@ -93,10 +93,10 @@ def _joined_forms(terms: list[str]) -> set[str]:
 
 
 def coverage(hit: Hit, weights: dict[str, float], soft_weight: float = 0.8,
-             frame: frozenset[str] = frozenset(), held: frozenset[str] = frozenset()) -> float:
-    """`frame`: terms that only frame this kind of question; `held`: stated numbers this section
-    holds a condition for (both leave the sum; see grade)."""
-    terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t) and t not in frame and t not in held]
+             skip: frozenset[str] = frozenset()) -> float:
+    """`skip`: this question's terms that need no covering here (see grade: the terms that only
+    frame this kind of question, and stated numbers this section holds a condition for)."""
+    terms = [t for t in hit.covered_terms + hit.missing_terms if _counts(t) and t not in skip]
     joined = _joined_forms(terms)
     terms = [t for t in terms if t not in joined]
     if not terms:
@@ -121,7 +121,8 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
     stated = stated_numbers(result.query)
     for hit in result.hits:
         held = frozenset(n for n in stated if n in hit.missing_terms and _CONDITION.search(hit.text.lower()))
-        cov = coverage(hit, result.term_weights, th.soft_weight, frame, held)
+        skip = frame | held
+        cov = coverage(hit, result.term_weights, th.soft_weight, skip)
         dense = hit.dense_score
         if dense is None or result.lexical_only:
             relevant = cov >= th.min_coverage and hit.lexical_score > 0
@@ -138,7 +139,7 @@ def grade(result: RetrievalResult, th: Thresholds, kind: FactKind) -> list[Grade
         text = f"{hit.heading}. {hit.text}"
         graded.append(GradedHit(hit, cov, dense, relevant, answers, evidence_has_fact(kind, text), score,
                                 [t for t in hit.missing_terms if _counts(t) and t not in hit.soft_covered
-                                 and t not in frame and t not in held
+                                 and t not in skip
                                  and t not in _joined_forms(hit.covered_terms + hit.missing_terms)], held))
     # A clear semantic winner: one section far closer in meaning than any other, and close in
     # absolute terms, is the answer to a paraphrase that shares few words with it.
