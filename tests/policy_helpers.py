@@ -16,7 +16,9 @@ def hit(doc_id: str, text: str, *, dense: float | None = 0.8, covered=("refund",
                fused_rank=rank, covered_terms=list(covered), missing_terms=list(missing))
 
 
-def result(*hits: Hit, query: str = "q", lexical_only: bool = False) -> RetrievalResult:
+def result(*hits: Hit, query: str = "q", lexical_only: bool = False,
+           weights: dict[str, float] | None = None) -> RetrievalResult:
+    """`weights`: the terms' IDF (unset terms weigh 1)."""
     terms = sorted({t for h in hits for t in h.covered_terms + h.missing_terms})
     return RetrievalResult(query=query, query_terms=terms, hits=list(hits), lexical_only=lexical_only,
-                           kb_version="kb-test", visible_sections=len(hits))
+                           kb_version="kb-test", visible_sections=len(hits), term_weights=dict(weights or {}))

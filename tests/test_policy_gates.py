@@ -231,17 +231,12 @@ def test_a_stated_age_is_held_against_the_evidence_condition():
     q = "i'm 78. do i have to pay for paper bills?"
     idf = {"78": 4.0, "paper": 2.0, "bill": 1.5, "pay": 1.2}  # a number the KB never says weighs most
 
-    def res(h):
-        r = result(h, query=q)
-        r.term_weights = idf
-        return r
-
     with_condition = hit("paper-fee", PAPER_FREE, dense=0.55, covered=("paper", "bill"), missing=("78", "pay"))
-    o = run(q, res(with_condition))
+    o = run(q, result(with_condition, query=q, weights=idf))
     assert o.action == Action.answer, o.gate
     # a section with no age condition does not hold "78": the number stays missing
     plain = hit("paper-fee", "A paper bill costs $2.50.", dense=0.55, covered=("paper", "bill"), missing=("78", "pay"))
-    assert run(q, res(plain)).action != Action.answer
+    assert run(q, result(plain, query=q, weights=idf)).action != Action.answer
 
 
 def test_paying_words_frame_a_price_question_unless_they_are_all_it_names():
@@ -281,8 +276,7 @@ def test_opening_words_frame_a_time_question():
     q = "what time does the big shop on market street shut?"
     hours = hit("store-hours", "Our flagship store at 200 Market Street is open every day from 8am to 8pm.",
                 dense=0.51, covered=("market", "street", "shop"), missing=("big", "shut"))
-    r = result(hours, query=q)
-    r.term_weights = {"big": 4.3, "market": 3.4, "street": 3.4, "shop": 2.0, "shut": 4.3}
+    r = result(hours, query=q, weights={"big": 4.3, "market": 3.4, "street": 3.4, "shop": 2.0, "shut": 4.3})
     g = grade(r, CFG.thresholds, "clock")[0]
     assert g.missing_terms == ["big"] and g.answers and g.has_fact
     # the same words in a question of another kind still count as missing
@@ -311,8 +305,7 @@ def test_whose_phone_it_is_frames_the_question():
     q = "my kids phone how do i turn on family safe"
     h = hit("parental", "Turn Family Safe on or off in My Northbeam > Settings > Content Lock.",
             dense=0.55, covered=("turn", "fami", "saf"), missing=("kid", "phon"))
-    r = result(h, query=q)
-    r.term_weights = {"kid": 4.3, "phon": 1.8, "turn": 2.2, "fami": 3.4, "saf": 3.4}
+    r = result(h, query=q, weights={"kid": 4.3, "phon": 1.8, "turn": 2.2, "fami": 3.4, "saf": 3.4})
     g = grade(r, CFG.thresholds, "procedure")[0]
     assert "kid" not in g.missing_terms and g.answers
 
