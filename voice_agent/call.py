@@ -247,7 +247,8 @@ class _Render:
         self.text = text
         self.lead_s = lead_s
         self.decision: Decision | None = None  # the previewed decision this audio speaks
-        self.repair: tuple[Any] | None = None  # (ASR repair result or None,) once that pass has run
+        self.repair_ran = False  # the ASR repair pass already ran for this transcript …
+        self.repaired: tuple[str, Any, Decision] | None = None  # … and found this (None: nothing)
         self.q: asyncio.Queue[Any] = asyncio.Queue()
         self.cancelled = threading.Event()
         self._loop = loop
@@ -523,7 +524,7 @@ class CallSession:
             return None
         render = _Render(self.runtime.tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s)
         render.decision = decision
-        render.repair = (repaired,) if self.config.asr_repair else None
+        render.repair_ran, render.repaired = self.config.asr_repair, repaired
         return render
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
@@ -642,8 +643,8 @@ class CallSession:
                 elif not spec_reply.cancelled():
                     LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
             if self.config.asr_repair and not res.low_confidence and turn.audio is not None:
-                if render is not None and render.repair is not None:
-                    repaired = render.repair[0]  # the pass already ran at the pause, on the same transcript
+                if render is not None and render.repair_ran:
+                    repaired = render.repaired  # the pass already ran at the pause, on the same transcript
                 else:
                     repaired = await self._repair_transcript(turn.audio, text, asr_signal,
                                                              render.decision if render is not None else None)
