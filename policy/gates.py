@@ -309,11 +309,13 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     asked = asked_terms(q)
     # … then one whose condition holds the number the caller gave ("aged 75 or over" for "I'm 78"), then
     # one whose heading says it gives that kind of fact ("How to turn roaming on" rather than "Roaming
-    # is off until you turn it on" for "how do I switch on roaming")
+    # is off until you turn it on" for "how do I switch on roaming"), then one that answers on its own
+    # over one that only repeats the asked words ("Eligibility for a retention offer" for "which
+    # retention offer should I try first")
     best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, len(g.held),
                                     g.has_fact and heading_fits(kind, g.hit.heading),
-                                    round(_body_coverage(g, facts.result, asked), 2),
-                                    g.answers, g.coverage + (g.dense or 0)))
+                                    g.answers, round(_body_coverage(g, facts.result, asked), 2),
+                                    g.coverage + (g.dense or 0)))
     verb = action_verb(q)
     # the action must be named outright: word similarity confuses opposites (pause ~ continue)
     verb_missing = verb is not None and verb not in best.hit.covered_terms

@@ -353,3 +353,17 @@ def test_the_section_whose_heading_gives_the_asked_fact_is_spoken():
               section="how-to-turn-roaming-on", covered=("roam",), missing=("switch",), dense=0.63, rank=2)
     o = run("and how do i switch on roaming?", result(off, how))
     assert o.action == Action.answer and o.evidence[0].hit.section == "how-to-turn-roaming-on"
+
+
+def test_a_section_that_answers_on_its_own_beats_one_that_only_repeats_the_asked_words():
+    # "which retention offer": the eligibility section repeats both asked words, but only the
+    # section about applying an offer covers enough of the question to answer it
+    title = "Retention offer playbook"
+    rules = hit("retention-playbook", "Retention offers are for customers of 12 months or more. One retention "
+                "offer per account a year.", title=title, section="eligibility-for-a-retention-offer",
+                covered=("retention", "offer"), missing=("try", "first"), dense=0.57)
+    order = hit("retention-playbook", "Offer RET-20 first, and LOYAL10 only if the customer turns it down.",
+                title=title, section="applying-an-offer", covered=("retention", "offer", "first"), missing=("try",),
+                dense=0.50, rank=2)
+    o = run("which retention offer should i try first?", result(rules, order))
+    assert o.action == Action.answer and o.evidence[0].hit.section == "applying-an-offer"
