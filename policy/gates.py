@@ -129,6 +129,15 @@ def _body_coverage(g: GradedHit, result: RetrievalResult, asked: set[str]) -> fl
     return sum(w[t] for t in terms if t in body) / total
 
 
+def _heading_names(g: GradedHit, result: RetrievalResult, asked: set[str]) -> float:
+    """Weighted share of what a what/which question asks for that the section's heading names."""
+    if not asked:
+        return 0.0
+    heading = set(content_terms(g.hit.heading))
+    w = {t: result.term_weights.get(t, 1.0) for t in asked}
+    return round(sum(v for t, v in w.items() if t in heading) / (sum(w.values()) or 1.0), 2)
+
+
 def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float], question: str,
                    fact: str) -> list[tuple[GradedHit, GradedHit, str]]:
     """Pairs of current, same-scope sections, each strong enough to answer, whose answers give
@@ -311,10 +320,12 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
     # one whose heading says it gives that kind of fact ("How to turn roaming on" rather than "Roaming
     # is off until you turn it on" for "how do I switch on roaming"), then one that answers on its own
     # over one that only repeats the asked words ("Eligibility for a retention offer" for "which
-    # retention offer should I try first")
+    # retention offer should I try first"), then one whose heading names what a what/which question
+    # asks for ("Discount codes" for "what retention discount codes can I offer")
     best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, len(g.held),
                                     g.has_fact and heading_fits(kind, g.hit.heading),
-                                    g.answers, round(_body_coverage(g, facts.result, asked), 2),
+                                    g.answers, _heading_names(g, facts.result, asked),
+                                    round(_body_coverage(g, facts.result, asked), 2),
                                     g.coverage + (g.dense or 0)))
     verb = action_verb(q)
     # the action must be named outright: word similarity confuses opposites (pause ~ continue)

@@ -367,3 +367,17 @@ def test_a_section_that_answers_on_its_own_beats_one_that_only_repeats_the_asked
                 dense=0.50, rank=2)
     o = run("which retention offer should i try first?", result(rules, order))
     assert o.action == Action.answer and o.evidence[0].hit.section == "applying-an-offer"
+
+
+def test_the_section_whose_heading_names_what_is_asked_for_is_spoken():
+    # both sections answer and share as many words with the question; the one headed
+    # "Discount codes" names what "what retention discount codes …" asks for
+    title = "Retention offer playbook"
+    rules = hit("retention-playbook", "Retention offers are for customers who say they want to cancel or leave.",
+                title=title, section="eligibility-for-a-retention-offer",
+                covered=("retention", "offer", "customer", "leav"), missing=("discount", "cod"), dense=0.68)
+    codes = hit("retention-playbook", "Code RET-20 gives 20% off the monthly plan charge for 6 months.",
+                title=title, section="discount-codes", covered=("retention", "discount", "cod", "offer"),
+                missing=("customer", "leav"), dense=0.62, rank=2)
+    o = run("what retention discount codes can i offer a customer who wants to leave?", result(rules, codes))
+    assert o.action == Action.answer and o.evidence[0].hit.section == "discount-codes"
