@@ -52,6 +52,8 @@ KIND_FRAME_TERMS: dict[str, frozenset[str]] = {
     "amount": frozenset(content_terms("pay paying paid cost costs price prices fee fees charge charges charged")),
     # "what time does the shop shut": the hours answer it, whatever verb the caller uses
     "clock": frozenset(content_terms("open opens opening close closes closing closed shut shuts time hour hours")),
+    # "how do I buy more data": the steps say "add" or "choose a pack"; what is bought names the subject
+    "procedure": frozenset(content_terms("buy buying purchase purchasing get getting order ordering")),
 }
 
 # A number the caller states about themselves ("I'm 78", "aged 70", "I have 3 lines") is a value
