@@ -44,6 +44,10 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
     if o.action == Action.clarify:
         if Reason.asr_low_confidence in o.reasons:
             return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", []
+        if Reason.question_needed in o.reasons:
+            ctx = o.signals.get("context") or {}
+            noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in dict(ctx).items())  # type: ignore[call-overload]
+            return f"Thanks, I've noted that {noted}. What would you like to know?", []
         asks = [cfg.facet_questions.get(k, f"Could you tell me your {k.replace('_', ' ')}? "
                                          "The answer depends on it.") for k in o.missing_information]
         if len(asks) > 1:

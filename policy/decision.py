@@ -47,6 +47,7 @@ class Reason(str, Enum):
     draft_only = "draft_only"
     missing_facet = "missing_facet"
     asr_low_confidence = "asr_low_confidence"
+    question_needed = "question_needed"  # the caller gave context ("I'm a business customer"), no question
     unsupported_claim = "unsupported_claim"
     kb_version_changed = "kb_version_changed"
     tts_unavailable = "tts_unavailable"

@@ -164,27 +164,33 @@ class Session:
         self.session_id = session_id
         self.policy = policy
         self.pending_question: str | None = None  # the question a clarify is waiting on
+        self.last_question: str | None = None  # the latest question decided, for context given after it
         self.transcript: list[str] = []
         self.turns = 0
         self._turn_hits: dict[str, list[Hit]] = {}  # audit id -> this turn's evidence, for the recheck
         self._last_audit_id = ""
 
     # -- state ------------------------------------------------------------------------------
-    def _effective_question(self, text: str) -> str:
-        """Fill facets the caller states; a reply to a clarify continues the pending question."""
+    def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
+        """Fill facets the caller states; a reply to a clarify continues the pending question, and
+        context given after any other reply ("it's a personal account") re-asks the last question.
+        Returns the question to decide, and the facets stated when the turn is context with no
+        question yet to apply it to."""
         vocab = self.engine.facet_phrases(self.role)
         new = stated_facets(text, vocab)
         self.facets.update(new)
-        if self.pending_question and new:
-            rest = normalize_text(text)
-            for phrases in vocab.values():
-                for ps in phrases.values():
-                    for p in ps:
-                        rest = re.sub(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", " ", rest)
-            # "I'm a business customer" answers the clarify; a new full question starts over.
-            if len(content_terms(rest)) <= 3:
-                return self.pending_question
-        return text
+        if not new:
+            return text, {}
+        rest = normalize_text(text)
+        for phrases in vocab.values():
+            for ps in phrases.values():
+                for p in ps:
+                    rest = re.sub(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", " ", rest)
+        left = len(content_terms(rest))
+        # "I'm a business customer" answers the clarify; a new full question starts over.
+        if (earlier := self.pending_question or self.last_question) and left <= 3:
+            return earlier, {}
+        return text, (new if left == 0 and not earlier else {})
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
@@ -199,13 +205,13 @@ class Session:
         # Spoken and typed turns alike: fillers, spoken numbers, words misheard or mistyped for KB terms.
         norm = None if low_conf else normalize_transcript(text, eng.vocabulary(self.role))
         said = norm.text if norm else text
-        question = said if low_conf else self._effective_question(said)
+        question, context_only = (said, {}) if low_conf else self._effective_question(said)
         normalized = normalize_text(question)
         timings["normalize"] = (time.perf_counter() - t0) * 1000
 
         result, error = None, None
         t1 = time.perf_counter()
-        if not low_conf:
+        if not low_conf and not context_only:
             try:
                 result = eng.retriever.search(normalized, role=self.role, facets=self.facets,
                                               on_date=eng.on_date or dt.date.today(), k=cfg.k, faults=faults)
@@ -230,7 +236,7 @@ class Session:
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
                           caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
                           teams=eng.teams(self.role), action_hits=action_hits,
-                          asr_low_confidence=low_conf)
+                          asr_low_confidence=low_conf, context_only=context_only)
         if self.policy == "gated":
             outcome = decide(facts, cfg)
             timings["policy"] = (time.perf_counter() - t2) * 1000
@@ -266,6 +272,9 @@ class Session:
             self.pending_question = question
         elif not low_conf:
             self.pending_question = None
+        # Context given later narrows the evidence; it cannot help a question nothing related to.
+        if not low_conf and not context_only and Reason.no_relevant_evidence not in decision.reasons:
+            self.last_question = question
         self.transcript.append(f"agent: {decision.message}")
         timings["total_policy_path"] = (time.perf_counter() - t0) * 1000
 
@@ -293,15 +302,15 @@ class Session:
     def snapshot(self) -> tuple:
         """The conversation state, for `restore`."""
         return (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
-                dict(self._turn_hits), self._last_audit_id)
+                dict(self._turn_hits), self._last_audit_id, self.last_question)
 
     def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None:
         """Put the conversation back as `snapshot` found it. With `superseded` (an audit id),
         a turn decided since then is void (the voice path ended it too early and the caller went
         on): its audit line stays, and a `turn_superseded` line says why it no longer counts."""
         (self.facets, self.pending_question, self.transcript, self.turns,
-         self._turn_hits, self._last_audit_id) = (dict(state[0]), state[1], list(state[2]), state[3],
-                                                   dict(state[4]), state[5])
+         self._turn_hits, self._last_audit_id, self.last_question) = (
+            dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6])
         if superseded:
             self.engine.audit.append({"kind": "turn_superseded", "audit_id": superseded,
                                       "session": self.session_id, "reason": reason,

@@ -39,6 +39,9 @@ class TurnFacts:
     # page): the team that handles that action, when it is not what the question is closest to
     action_hits: list[Hit] = field(default_factory=list)
     asr_low_confidence: bool = False
+    # the turn only told us who the caller is ("it's a personal account") and there is no question
+    # yet for it to apply to: the facets it stated
+    context_only: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -198,6 +201,12 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     if facts.asr_low_confidence:
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
+    # Context without a question: searching "a personal account" would answer (or transfer) a
+    # question nobody asked. Ask for the question; the context is kept for it.
+    if facts.context_only:
+        signals["context"] = dict(facts.context_only)
+        return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],
+                   risk_level="low")
 
     # a. An explicit request for a human wins over everything, even a perfect answer.
     if m := human_requested(q, cfg):

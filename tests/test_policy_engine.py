@@ -49,6 +49,35 @@ def test_clarify_then_answer_continues_the_pending_question(engine):
     assert s.facets == {"customer_type": "personal"}
 
 
+def test_context_before_any_question_asks_for_the_question_and_is_kept(engine):
+    s = engine.session()
+    d = s.turn("It's a personal account.").decision  # searched, it would go to the privacy team
+    assert d.action == Action.clarify and d.reasons == [Reason.question_needed]
+    assert "customer type is personal" in d.message and not d.citations
+    audit = [json.loads(x) for x in (engine.state_dir / "audit.jsonl").read_text().splitlines()][-1]
+    assert audit["gate"] == "context_only" and audit["retrieval"]["hits"] == []  # nothing was searched
+    assert audit["signals"]["context"] == {"customer_type": "personal"}
+    d = s.turn("How much does a replacement SIM cost?").decision
+    assert d.action == Action.answer and d.citations[0].doc_id == "sim-replacement-personal"
+
+
+def test_context_after_an_answer_re_asks_the_last_question(engine):
+    s = engine.session(facets={"plan_type": "prepaid"})
+    first = s.turn("How do I buy more data?").decision
+    assert first.action == Action.answer and "*#200#" in first.message
+    d = s.turn("Oh wait, I'm on a monthly plan now.").decision
+    assert d.action == Action.answer and d.citations[0].doc_id == "data-topup-monthly" and "2020" in d.message
+    assert s.facets == {"plan_type": "monthly"}
+
+
+def test_a_turn_nothing_answers_is_not_what_later_context_applies_to(engine):
+    s = engine.session()
+    assert s.turn("How much does a replacement SIM cost?").decision.action == Action.clarify
+    assert Reason.no_relevant_evidence in s.turn("Thanks.").decision.reasons
+    d = s.turn("I'm a business customer.").decision  # about the SIM, not about "thanks"
+    assert d.action == Action.answer and d.citations[0].doc_id == "sim-replacement-business"
+
+
 def test_human_request_transfers_with_durable_handoff(engine):
     s = engine.session(facets={"customer_type": "personal"})
     d = s.turn("How do I reset my router? Actually, can I talk to a real person?").decision
