@@ -31,6 +31,14 @@ def topic_phrase(question: str) -> str:
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
 
 
+_SOCIAL_REPLIES = {
+    "greeting": "Hello! What can I help you with today?",
+    "thanks": "You're welcome. Is there anything else I can help you with?",
+    "ack": "Is there anything else I can help you with?",
+    "closing": "Thank you for calling. Goodbye!",
+}
+
+
 def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation]]:
     """The spoken message and its citations for a gate outcome."""
     kind = str(o.signals.get("fact_kind", "any"))
@@ -44,6 +52,8 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
     if o.action == Action.clarify:
         if Reason.asr_low_confidence in o.reasons:
             return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", []
+        if talk := o.signals.get("small_talk"):
+            return _SOCIAL_REPLIES[str(talk)], []
         if Reason.question_needed in o.reasons:
             ctx = o.signals.get("context") or {}
             noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in dict(ctx).items())  # type: ignore[call-overload]

@@ -27,7 +27,7 @@ from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
 from .normalize import normalize_transcript
-from .signals import approval_action, facet_vocabulary, lexicon_words, normalize_text, stated_facets
+from .signals import approval_action, facet_vocabulary, lexicon_words, normalize_text, small_talk, stated_facets
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -205,13 +205,17 @@ class Session:
         # Spoken and typed turns alike: fillers, spoken numbers, words misheard or mistyped for KB terms.
         norm = None if low_conf else normalize_transcript(text, eng.vocabulary(self.role))
         said = norm.text if norm else text
-        question, context_only = (said, {}) if low_conf else self._effective_question(said)
+        social = None if low_conf else small_talk(said)
+        question, context_only = (said, {}) if low_conf or social else self._effective_question(said)
+        if social and social != "closing" and self.pending_question:
+            # "okay" / "hello?" while a clarify waits for its answer: ask it again
+            social, question = None, self.pending_question
         normalized = normalize_text(question)
         timings["normalize"] = (time.perf_counter() - t0) * 1000
 
         result, error = None, None
         t1 = time.perf_counter()
-        if not low_conf and not context_only:
+        if not (low_conf or context_only or social):
             try:
                 result = eng.retriever.search(normalized, role=self.role, facets=self.facets,
                                               on_date=eng.on_date or dt.date.today(), k=cfg.k, faults=faults)
@@ -236,7 +240,8 @@ class Session:
         facts = TurnFacts(question=normalized, result=result, retrieval_error=error,
                           caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
                           teams=eng.teams(self.role), action_hits=action_hits,
-                          asr_low_confidence=low_conf, context_only=context_only)
+                          asr_low_confidence=low_conf, context_only=context_only,
+                          small_talk=social)
         if self.policy == "gated":
             outcome = decide(facts, cfg)
             timings["policy"] = (time.perf_counter() - t2) * 1000
@@ -273,7 +278,7 @@ class Session:
         elif not low_conf:
             self.pending_question = None
         # Context given later narrows the evidence; it cannot help a question nothing related to.
-        if not low_conf and not context_only and Reason.no_relevant_evidence not in decision.reasons:
+        if not (low_conf or context_only or social) and not (outcome and outcome.gate == "e_no_evidence"):
             self.last_question = question
         self.transcript.append(f"agent: {decision.message}")
         timings["total_policy_path"] = (time.perf_counter() - t0) * 1000

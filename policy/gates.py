@@ -42,6 +42,7 @@ class TurnFacts:
     # the turn only told us who the caller is ("it's a personal account") and there is no question
     # yet for it to apply to: the facets it stated
     context_only: dict[str, str] = field(default_factory=dict)
+    small_talk: str | None = None  # the turn is only a greeting, thanks or goodbye (signals.small_talk)
 
 
 @dataclass
@@ -203,6 +204,10 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
     # Context without a question: searching "a personal account" would answer (or transfer) a
     # question nobody asked. Ask for the question; the context is kept for it.
+    if facts.small_talk:
+        signals["small_talk"] = facts.small_talk
+        return out(Action.clarify, [Reason.question_needed], "small_talk", missing_information=["question"],
+                   risk_level="low")
     if facts.context_only:
         signals["context"] = dict(facts.context_only)
         return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],

@@ -192,3 +192,41 @@ def asked_terms(question: str) -> set[str]:
 
     m = _WH_PHRASE.search(normalize_text(question))
     return set(content_terms(m.group(1))) if m else set()
+
+
+# Turns that are only social: a greeting, thanks, or goodbye. Searched as questions, "thanks"
+# would be refused as unanswerable. The whole turn must be made of these words.
+_SOCIAL: list[tuple[str, str]] = [
+    ("closing", r"(good)?bye( bye)?|see you|that('?s| is) (all|it|everything)( for (now|today))?|nothing else|"
+                r"no,? thanks?( you)?|no,? that'?s (all|it|fine)|i'?m (all )?(done|good|fine)( now)?|"
+                r"have a (good|nice|great) (day|one|evening)|all (done|good|sorted)"),
+    ("thanks", r"thanks?( you)?( so much| very much| a lot)?|cheers|(that'?s )?(great|perfect|brilliant|lovely|"
+               r"helpful|wonderful)|that helps|much appreciated"),
+    ("ack", r"got it|ok(ay)?|alright|all right|right|sure|fine|(very )?(good|nice)|i see|understood|mm+|hmm+"),
+    ("greeting", r"hi|hello|hey|hiya|good (morning|afternoon|evening)|yes,? hello|hello there|hi there"),
+]
+_SOCIAL_PART = re.compile(r"^(?:" + "|".join(f"(?P<{k}>{rx})" for k, rx in _SOCIAL) + r")$")
+
+
+def small_talk(text: str) -> str | None:
+    """'closing', 'thanks', 'ack' or 'greeting' when every part of the turn is one ("OK, thanks, bye":
+    the first of these kinds said wins); None when anything else is said."""
+    raw = [p.strip() for p in re.split(r"[,.!?;]+|\band\b|\bthen\b", normalize_text(text))]
+    declined = any(re.match(r"no\b", p) for p in raw)
+    parts = [re.sub(r"^((um+|uh+|oh|ah|well|so|yeah|yes|no|okay|ok)\s+)+(?=\S)", "", p) for p in raw if p]
+    # "um", "yes", "no" beside a social phrase say nothing more; on their own they answer something
+    said = [p for p in parts if not re.fullmatch(r"um+|uh+|oh|ah|well|so|yeah|yes|no", p)]
+    if not said:
+        return None
+    kinds: set[str] = set()
+    for p in said:
+        m = _SOCIAL_PART.match(p)
+        if not m:
+            return None
+        kinds.add(m.lastgroup or "")
+    if kinds <= {"thanks", "ack"} and declined:
+        return "closing"  # "No, thank you" to "anything else?"
+    for kind, _ in _SOCIAL:
+        if kind in kinds:
+            return kind
+    return None

@@ -73,9 +73,21 @@ def test_context_after_an_answer_re_asks_the_last_question(engine):
 def test_a_turn_nothing_answers_is_not_what_later_context_applies_to(engine):
     s = engine.session()
     assert s.turn("How much does a replacement SIM cost?").decision.action == Action.clarify
-    assert Reason.no_relevant_evidence in s.turn("Thanks.").decision.reasons
-    d = s.turn("I'm a business customer.").decision  # about the SIM, not about "thanks"
+    assert s.turn("Do you deliver pizza?").decision.action == Action.refuse
+    d = s.turn("I'm a business customer.").decision  # about the SIM, not about the pizza
     assert d.action == Action.answer and d.citations[0].doc_id == "sim-replacement-business"
+
+
+def test_greeting_thanks_and_goodbye_are_replied_to_not_refused(engine):
+    s = engine.session()
+    d = s.turn("Hello?").decision
+    assert d.action == Action.clarify and d.reasons == [Reason.question_needed] and "What can I help" in d.message
+    assert s.turn("How much does a replacement SIM cost?").decision.action == Action.clarify
+    again = s.turn("Okay.").decision  # the clarify still waits for its answer
+    assert again.reasons == [Reason.missing_facet] and again.missing_information == ["customer_type"]
+    assert s.turn("Business.").decision.citations[0].doc_id == "sim-replacement-business"
+    assert s.turn("Thanks!").decision.message.startswith("You're welcome.")
+    assert s.turn("No, that's all, bye.").decision.message == "Thank you for calling. Goodbye!"
 
 
 def test_human_request_transfers_with_durable_handoff(engine):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from policy.compose import compose
 from policy.config import load_policy_config
 from policy.decision import Action, Reason
 from policy.gates import TurnFacts, decide
@@ -381,3 +382,29 @@ def test_the_section_whose_heading_names_what_is_asked_for_is_spoken():
                 missing=("customer", "leav"), dense=0.62, rank=2)
     o = run("what retention discount codes can i offer a customer who wants to leave?", result(rules, codes))
     assert o.action == Action.answer and o.evidence[0].hit.section == "discount-codes"
+
+
+@pytest.mark.parametrize("text,kind", [
+    ("Thanks!", "thanks"), ("Thank you very much.", "thanks"), ("Hello?", "greeting"), ("Good morning.", "greeting"),
+    ("Okay.", "ack"), ("Um, okay.", "ack"), ("OK, thanks, bye.", "closing"), ("No, that's all.", "closing"),
+    ("no thank you", "closing"), ("Have a good day!", "closing"),
+    # anything more is a question or an answer, and goes through the policy
+    ("Hi, how do I reset my router?", None), ("Thanks, and what about roaming?", None), ("Operator.", None),
+    ("yes", None), ("no", None), ("Hello, I want to cancel.", None), ("Is that all?", None),
+    ("Thanks, I'm a business customer.", None),
+])
+def test_small_talk_is_only_a_turn_made_of_social_words(text, kind):
+    from policy.signals import small_talk
+
+    assert small_talk(text) == kind
+
+
+def test_small_talk_and_bare_context_are_not_searched_as_questions():
+    facts = TurnFacts(question="thanks", result=None, small_talk="thanks")
+    o = decide(facts, CFG)
+    assert o.action == Action.clarify and o.reasons == [Reason.question_needed] and o.gate == "small_talk"
+    assert compose(o, "thanks", CFG)[0].startswith("You're welcome.")
+    o = decide(TurnFacts(question="i'm on prepaid", result=None, context_only={"plan_type": "prepaid"}), CFG)
+    assert o.action == Action.clarify and o.gate == "context_only"
+    assert compose(o, "i'm on prepaid", CFG)[0] == "Thanks, I've noted that your plan type is prepaid. " \
+                                                   "What would you like to know?"
