@@ -27,7 +27,7 @@ from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
 from .normalize import normalize_transcript
-from .signals import approval_action, facet_vocabulary, lexicon_words, normalize_text, small_talk, stated_facets
+from .signals import approval_action, facet_idioms, facet_vocabulary, lexicon_words, normalize_text, small_talk, stated_facets
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -78,6 +78,7 @@ class Engine:
         # per role, from the KB and the config, which do not change under a running engine
         self._teams: dict[str, set[str]] = {}
         self._facet_phrases: dict[str, dict[str, dict[str, list[str]]]] = {}
+        self._facet_idioms: dict[str, dict[str, set[str]]] = {}
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -146,6 +147,14 @@ class Engine:
             self._facet_phrases[role] = facet_vocabulary(self.config, self.kb_facets(role))
         return self._facet_phrases[role]
 
+    def facet_idioms(self, role: str) -> dict[str, set[str]]:
+        """One-word facet phrases in the KB's own compounds ("business days"): not caller context."""
+        if role not in self._facet_idioms:
+            texts = [(self.kb.docs[s.doc_id].applies_to, f"{s.heading}. {s.text}") for s in self.kb.sections
+                     if visible_to(self.kb.docs[s.doc_id], role)]
+            self._facet_idioms[role] = facet_idioms(self.facet_phrases(role), texts)
+        return self._facet_idioms[role]
+
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":
         if policy not in POLICIES:
@@ -177,7 +186,7 @@ class Session:
         Returns the question to decide, and the facets stated when the turn is context with no
         question yet to apply it to."""
         vocab = self.engine.facet_phrases(self.role)
-        new = stated_facets(text, vocab)
+        new = stated_facets(text, vocab, self.engine.facet_idioms(self.role))
         self.facets.update(new)
         if not new:
             return text, {}

@@ -66,11 +66,41 @@ def facet_vocabulary(cfg: PolicyConfig, kb_facets: dict[str, set[str]]) -> dict[
     return vocab
 
 
-def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]]) -> dict[str, str]:
+def _next_term(text: str, end: int) -> str | None:
+    from kb.tokenize import content_terms
+
+    m = re.match(r"\s+([a-z][a-z'-]*)", text[end:])
+    terms = content_terms(m.group(1)) if m else []
+    return terms[0] if terms else None
+
+
+def facet_idioms(vocab: dict[str, dict[str, list[str]]],
+                 texts: Iterable[tuple[dict[str, str], str]]) -> dict[str, set[str]]:
+    """For each one-word facet phrase, the words that follow it in the KB's own text where that text
+    is not scoped to the phrase's value: "business days" in the personal refund page, "personal data"
+    in the privacy page. There the word names something else, not who the caller is. `texts`: each
+    section's text with its document's applies_to."""
+    single = {(p, key, value) for key, values in vocab.items() for value, ps in values.items()
+              for p in ps if " " not in p and "-" not in p}
+    idioms: dict[str, set[str]] = {}
+    for scope, text in texts:
+        t = normalize_text(text)
+        for p, key, value in single:
+            if scope.get(key) == value or p not in t:
+                continue
+            for m in re.finditer(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", t):
+                if nxt := _next_term(t, m.end()):
+                    idioms.setdefault(p, set()).add(nxt)
+    return idioms
+
+
+def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]],
+                  idioms: dict[str, set[str]] | None = None) -> dict[str, str]:
     """Facets the caller states ("I'm a business customer", "I'm on prepaid").
 
     A key is filled only when exactly one of its values is mentioned; "personal or business?" says
-    nothing about the caller, and neither does "not business" (negated mentions are ignored)."""
+    nothing about the caller, and neither does "not business" (negated mentions are ignored), nor a
+    one-word phrase in one of the KB's `idioms` ("how many business days")."""
     t = normalize_text(text)
     found: dict[str, str] = {}
     for key, values in vocab.items():
@@ -79,6 +109,8 @@ def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]]) -> dict[str
             for phrase in phrases:
                 for m in re.finditer(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", t):
                     before = t[max(0, m.start() - 12):m.start()]
+                    if idioms and _next_term(t, m.end()) in idioms.get(phrase, ()):
+                        continue
                     if not re.search(r"\b(not|isn't|aren't|no)\s+(an?\s+)?$", before):
                         hits.add(value)
         if len(hits) == 1:

@@ -90,6 +90,12 @@ def test_greeting_thanks_and_goodbye_are_replied_to_not_refused(engine):
     assert s.turn("No, that's all, bye.").decision.message == "Thank you for calling. Goodbye!"
 
 
+def test_business_days_does_not_make_the_caller_a_business_customer(engine):
+    s = engine.session()
+    d = s.turn("How many business days does the refund take if I cancel my annual plan?").decision
+    assert d.action == Action.clarify and d.missing_information == ["customer_type"] and s.facets == {}
+
+
 def test_human_request_transfers_with_durable_handoff(engine):
     s = engine.session(facets={"customer_type": "personal"})
     d = s.turn("How do I reset my router? Actually, can I talk to a real person?").decision

@@ -408,3 +408,21 @@ def test_small_talk_and_bare_context_are_not_searched_as_questions():
     assert o.action == Action.clarify and o.gate == "context_only"
     assert compose(o, "i'm on prepaid", CFG)[0] == "Thanks, I've noted that your plan type is prepaid. " \
                                                    "What would you like to know?"
+
+
+VOCAB = {"customer_type": {"personal": ["personal customer", "personal"], "business": ["business customer", "business"]}}
+
+
+def test_a_facet_word_in_one_of_the_kbs_own_compounds_is_not_caller_context():
+    from policy.signals import facet_idioms, stated_facets
+
+    idioms = facet_idioms(VOCAB, [({"customer_type": "personal"}, "Refunds take 5 to 10 business days."),
+                                  ({}, "We delete your personal data on request."),
+                                  ({"customer_type": "business"}, "Business lines are billed monthly.")])
+    assert idioms == {"business": {"day"}, "personal": {"data"}}  # "business lines" is in a business page
+    assert stated_facets("Is it 10 business days?", VOCAB, idioms) == {}
+    assert stated_facets("How do I delete my personal data?", VOCAB, idioms) == {}
+    assert stated_facets("I'm a business customer. Is it 10 business days?", VOCAB, idioms) == \
+        {"customer_type": "business"}
+    assert stated_facets("We're a business.", VOCAB, idioms) == {"customer_type": "business"}
+    assert stated_facets("Is it 10 business days?", VOCAB) == {"customer_type": "business"}  # without idioms
