@@ -27,7 +27,8 @@ from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome, TurnFacts, decide
 from .normalize import normalize_transcript
-from .signals import approval_action, facet_idioms, facet_vocabulary, lexicon_words, normalize_text, small_talk, stated_facets
+from .signals import (approval_action, facet_idioms, facet_vocabulary, lexicon_words, normalize_text, small_talk,
+                      stated_facets, without_facet_phrases)
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -190,12 +191,7 @@ class Session:
         self.facets.update(new)
         if not new:
             return text, {}
-        rest = normalize_text(text)
-        for phrases in vocab.values():
-            for ps in phrases.values():
-                for p in ps:
-                    rest = re.sub(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", " ", rest)
-        left = len(content_terms(rest))
+        left = len(content_terms(without_facet_phrases(text, vocab, self.engine.facet_idioms(self.role))))
         # "I'm a business customer" answers the clarify; a new full question starts over.
         if (earlier := self.pending_question or self.last_question) and left <= 3:
             return earlier, {}
@@ -220,13 +216,21 @@ class Session:
             # "okay" / "hello?" while a clarify waits for its answer: ask it again
             social, question = None, self.pending_question
         normalized = normalize_text(question)
+        # The facets the caller states filter the documents. A clause that only states them ("I'm a
+        # business customer.") is left out of the search: its words would make every business page
+        # look like an answer to "how many lines can I have?". Within a clause ("my cat is breathing
+        # fast", "the late fee for business accounts") they stay part of the question.
+        vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
+        clauses = [c for c in re.split(r"(?<=[.?!;,])\s+", normalized) if c.strip()]
+        asked = [c for c in clauses if content_terms(without_facet_phrases(c, vocab, idioms))]
+        query = " ".join(asked) if asked else normalized
         timings["normalize"] = (time.perf_counter() - t0) * 1000
 
         result, error = None, None
         t1 = time.perf_counter()
         if not (low_conf or context_only or social):
             try:
-                result = eng.retriever.search(normalized, role=self.role, facets=self.facets,
+                result = eng.retriever.search(query, role=self.role, facets=self.facets,
                                               on_date=eng.on_date or dt.date.today(), k=cfg.k, faults=faults)
             except RetrievalUnavailable as exc:
                 error = exc.reason

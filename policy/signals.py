@@ -101,10 +101,19 @@ def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]],
     A key is filled only when exactly one of its values is mentioned; "personal or business?" says
     nothing about the caller, and neither does "not business" (negated mentions are ignored), nor a
     one-word phrase in one of the KB's `idioms` ("how many business days")."""
-    t = normalize_text(text)
     found: dict[str, str] = {}
+    for key, values in _facet_mentions(normalize_text(text), vocab, idioms).items():
+        if len(values) == 1:
+            found[key] = next(iter(values))
+    return found
+
+
+def _facet_mentions(t: str, vocab: dict[str, dict[str, list[str]]], idioms: dict[str, set[str]] | None,
+                    spans: list[tuple[int, int]] | None = None) -> dict[str, set[str]]:
+    """The values each facet key is mentioned with in normalized text `t` (negated mentions and
+    idioms left out); the mentions' character spans go into `spans`."""
+    mentions: dict[str, set[str]] = {}
     for key, values in vocab.items():
-        hits = set()
         for value, phrases in values.items():
             for phrase in phrases:
                 for m in re.finditer(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", t):
@@ -112,10 +121,23 @@ def stated_facets(text: str, vocab: dict[str, dict[str, list[str]]],
                     if idioms and _next_term(t, m.end()) in idioms.get(phrase, ()):
                         continue
                     if not re.search(r"\b(not|isn't|aren't|no)\s+(an?\s+)?$", before):
-                        hits.add(value)
-        if len(hits) == 1:
-            found[key] = hits.pop()
-    return found
+                        mentions.setdefault(key, set()).add(value)
+                        if spans is not None:
+                            spans.append(m.span())
+    return mentions
+
+
+def without_facet_phrases(text: str, vocab: dict[str, dict[str, list[str]]],
+                          idioms: dict[str, set[str]] | None = None) -> str:
+    """Normalized `text` with the phrases that state a facet blanked out ("i'm a  . how many lines
+    can i have?"): what is left is what the caller asks."""
+    t = normalize_text(text)
+    spans: list[tuple[int, int]] = []
+    _facet_mentions(t, vocab, idioms, spans)
+    chars = list(t)
+    for a, b in spans:
+        chars[a:b] = " " * (b - a)
+    return "".join(chars)
 
 
 _FACT_PATTERNS: list[tuple[FactKind, str]] = [

@@ -96,6 +96,16 @@ def test_business_days_does_not_make_the_caller_a_business_customer(engine):
     assert d.action == Action.clarify and d.missing_information == ["customer_type"] and s.facets == {}
 
 
+def test_a_clause_that_only_states_who_the_caller_is_is_not_searched(engine):
+    # searched, "business customer" made the business SIM page answer a question it says nothing about
+    s = engine.session()
+    o = s.turn("I'm a business customer. How many lines can I have?")
+    assert o.decision.action != Action.answer and s.facets == {"customer_type": "business"}
+    assert o.retrieval.query == "how many lines can i have?"
+    o = s.turn("I'm a business customer, how much is a replacement SIM?")
+    assert o.decision.action == Action.answer and "free of charge" in o.decision.message
+
+
 def test_human_request_transfers_with_durable_handoff(engine):
     s = engine.session(facets={"customer_type": "personal"})
     d = s.turn("How do I reset my router? Actually, can I talk to a real person?").decision

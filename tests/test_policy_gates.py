@@ -426,3 +426,12 @@ def test_a_facet_word_in_one_of_the_kbs_own_compounds_is_not_caller_context():
         {"customer_type": "business"}
     assert stated_facets("We're a business.", VOCAB, idioms) == {"customer_type": "business"}
     assert stated_facets("Is it 10 business days?", VOCAB) == {"customer_type": "business"}  # without idioms
+
+
+def test_facet_phrases_are_blanked_but_idioms_and_negations_stay():
+    from policy.signals import without_facet_phrases
+
+    idioms = {"business": {"day"}}
+    assert without_facet_phrases("I'm a business customer.", VOCAB, idioms).split() == ["i'm", "a", "."]
+    assert "business days" in without_facet_phrases("Is it 10 business days?", VOCAB, idioms)
+    assert "business" in without_facet_phrases("I'm not a business.", VOCAB, idioms)
