@@ -183,7 +183,7 @@ def fact_kind(question: str) -> FactKind:
 # arrives", "Replacement SIM fee"): KB headings are often the question they answer.
 _HEADING_FORM: dict[FactKind, str] = {
     # "How to …", "Steps …", or an action in -ing ("Turning …", "Requesting …"; not "Roaming …")
-    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|set|switch|gett|chang|add|activat|apply|pay|book|cancel+|"
+    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|sett|putt|switch|gett|chang|add|activat|apply|pay|book|cancel+|"
                  r"request|reset|install|find|mak|submitt|us|updat|topp|mov|transferr|register|open|clos|start|stopp|"
                  r"block)ing\b",
     "duration": r"\bhow long\b|\b(takes?|lasts?)\b|\bwhen .*\b(arrives?|ready|completes?|back|paid)\b",

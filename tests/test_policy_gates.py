@@ -334,6 +334,7 @@ def test_approval_routes_to_the_high_risk_section_named_by_the_action():
 @pytest.mark.parametrize("kind, heading, fits", [
     ("procedure", "How to turn roaming on", True),
     ("procedure", "Requesting a refill", True),
+    ("procedure", "Setting up voicemail", True),  # doubled consonant, like "Topping up"
     ("procedure", "Roaming is off until you turn it on", False),  # a noun in -ing is not an action
     ("duration", "When the money arrives", True),
     ("duration", "When a new exam is needed", False),  # "when" as a condition, not a time
