@@ -235,7 +235,8 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
              # a critical topic (an emergency) goes to a human on any relevant evidence
              and (g.dense is None or g.dense >= cfg.thresholds.risk_min_dense or g.hit.risk == "critical")
              and (g is top_active[0] or (g.has_fact and g.coverage >= top_active[0].coverage - 1e-9
-                                         and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2))]
+                                         and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2
+                                         and (g.dense or 0) >= (top_active[0].dense or 0) - cfg.thresholds.competitor_margin / 2))]
     # High risk with only partial evidence still goes to a human: the section closest in meaning
     # is a high-risk one even though it shares few of the caller's words ("someone hijacked my number").
     by_meaning = sorted((g for g in graded if g.active), key=lambda g: -(g.dense or 0.0))

@@ -436,3 +436,15 @@ def test_facet_phrases_are_blanked_but_idioms_and_negations_stay():
     assert without_facet_phrases("I'm a business customer.", VOCAB, idioms).split() == ["i'm", "a", "."]
     assert "business days" in without_facet_phrases("Is it 10 business days?", VOCAB, idioms)
     assert "business" in without_facet_phrases("I'm not a business.", VOCAB, idioms)
+
+
+def test_a_high_risk_page_sharing_only_a_common_word_does_not_take_the_call():
+    # "what happens if I go over my data": every page with "data" covers the one term; the privacy
+    # page is further in meaning than the data pages and must not send the caller to privacy
+    allowance = hit("data-topup", "Add-on data lasts until the end of your billing month.", covered=("data",),
+                    dense=0.49, team="billing")
+    privacy = hit("data-deletion", "You can ask for a copy of your personal data at any time.", covered=("data",),
+                  dense=0.41, risk="high", team="privacy", rank=2)
+    assert run("what happens if i go over my data?", result(allowance, privacy)).action == Action.answer
+    close = privacy.model_copy(update={"dense_score": 0.47})
+    assert run("what happens if i go over my data?", result(allowance, close)).gate == "c_high_risk"
