@@ -18,8 +18,8 @@ from .decision import Action, Reason
 from .evidence import FRAME_TERMS, GradedHit, competitors, grade
 from .extract import pick_sentences
 from .numbers import quantities
-from .signals import (GENERIC_VERBS, action_verb, approval_action, asked_terms, disallowed_request, fact_kind,
-                      heading_fits, human_requested, yes_no_question)
+from .signals import (GENERIC_VERBS, action_verb, approval_action, asked_terms, disallowed_request,
+                      explain_question, fact_kind, heading_fits, human_requested, yes_no_question)
 
 
 _GENERIC_TERMS = frozenset(t for v in GENERIC_VERBS for t in content_terms(v))
@@ -349,7 +349,9 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
         signals["action_verb_missing"] = verb
     # A yes/no question ("does voicemail turn messages into text?") is answered only by a section
     # that speaks to every part of it; a section about the rest would be a confident non-answer.
-    unsaid = yes_no_question(q) and [t for t in best.missing_terms if t not in _GENERIC_TERMS]
+    # So is a question asking what something the caller describes means ("flashing red").
+    unsaid = (yes_no_question(q) or explain_question(q)) and [t for t in best.missing_terms
+                                                              if t not in _GENERIC_TERMS]
     if unsaid:
         signals["yes_no_terms_missing"] = unsaid
     if best.doc_id not in docs or not best.has_fact or verb_missing or unsaid:

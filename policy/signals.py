@@ -227,6 +227,14 @@ def action_verb(question: str) -> str | None:
     return terms[0] if terms else None
 
 
+def explain_question(question: str) -> bool:
+    """'What does that mean?' or 'why is …': the caller describes what they see and asks what it
+    means. Only a section that speaks of all of it explains it ("flashing red" is not "flashes amber")."""
+    t = normalize_text(question)
+    return re.search(r"\bwhat (does|do|did) (that|this|it|they|[\w' -]{1,40}) mean\b|\bwhat(?:'s| is) (that|this) mean|"
+                     r"^(?:\W*\w+\W+){0,2}?why (is|are|does|do|did|has|have|won't|isn't|can't|doesn't)\b", t) is not None
+
+
 def yes_no_question(question: str) -> bool:
     """'Does / is / can … ?' rather than 'how / what / when …'."""
     t = normalize_text(question)

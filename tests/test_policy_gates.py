@@ -448,3 +448,23 @@ def test_a_high_risk_page_sharing_only_a_common_word_does_not_take_the_call():
     assert run("what happens if i go over my data?", result(allowance, privacy)).action == Action.answer
     close = privacy.model_copy(update={"dense_score": 0.47})
     assert run("what happens if i go over my data?", result(allowance, close)).gate == "c_high_risk"
+
+
+@pytest.mark.parametrize("q, explain", [
+    ("My router lights are flashing red. What does that mean?", True), ("What does error 651 mean?", True),
+    ("Why is my bill so high this month?", True), ("So why does my phone keep dropping calls?", True),
+    ("What does the LOYAL10 code give?", False), ("How do I reset my router?", False), ("What is this charge?", False),
+])
+def test_questions_asking_what_a_described_thing_means(q, explain):
+    from policy.signals import explain_question
+
+    assert explain_question(q) is explain
+
+
+def test_what_a_described_state_means_is_not_answered_by_a_section_missing_part_of_it():
+    reset = hit("router-reset", "Hold the reset pinhole for 15 seconds, until the light flashes amber.",
+                covered=("router", "light", "flash"), missing=("red",), dense=0.45)
+    o = run("my router lights are flashing red. what does that mean?", result(reset))
+    assert o.action == Action.refuse and o.signals["yes_no_terms_missing"] == ["red"]
+    assert run("my router lights are flashing amber. what does that mean?",
+               result(reset.model_copy(update={"missing_terms": []}))).action == Action.answer
