@@ -32,6 +32,9 @@ from .signals import (approval_action, facet_idioms, facet_vocabulary, lexicon_w
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
+# a question of its own: a question mark, a question word, or a question's inverted verb
+_ASKS = re.compile(r"\?|\b(how|what|when|where|why|which|who)\b|"
+                   r"\b(can|could|do|does|is|are|will|would|should)\s+(i|we|you|it|my|the|there)\b")
 SOFT_MATCH_HITS = 5  # the policy decides on the best few hits; matching words for more is wasted work
 
 
@@ -191,11 +194,16 @@ class Session:
         self.facets.update(new)
         if not new:
             return text, {}
-        left = len(content_terms(without_facet_phrases(text, vocab, self.engine.facet_idioms(self.role))))
+        rest = without_facet_phrases(text, vocab, self.engine.facet_idioms(self.role))
+        left = len(content_terms(rest))
         # "I'm a business customer" answers the clarify; a new full question starts over.
-        if (earlier := self.pending_question or self.last_question) and left <= 3:
-            return earlier, {}
-        return text, (new if left == 0 and not earlier else {})
+        if self.pending_question and left <= 3:
+            return self.pending_question, {}
+        # Unasked for, context applies to the last question only when it asks nothing itself: "oh
+        # wait, I'm on a monthly plan now", "what about prepaid?", but not "I'm on prepaid, how do I top up?"
+        if self.last_question and left <= 3 and not (left and _ASKS.search(rest)):
+            return self.last_question, {}
+        return text, (new if left == 0 and not self.last_question else {})
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),

@@ -202,12 +202,13 @@ def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
 
     if facts.asr_low_confidence:
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
-    # Context without a question: searching "a personal account" would answer (or transfer) a
-    # question nobody asked. Ask for the question; the context is kept for it.
+    # Greetings, thanks and goodbyes ask nothing: a social reply, not "nothing answers 'thanks'".
     if facts.small_talk:
         signals["small_talk"] = facts.small_talk
         return out(Action.clarify, [Reason.question_needed], "small_talk", missing_information=["question"],
                    risk_level="low")
+    # Context without a question: searching "a personal account" would answer (or transfer) a
+    # question nobody asked. Ask for the question; the context is kept for it.
     if facts.context_only:
         signals["context"] = dict(facts.context_only)
         return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],

@@ -68,6 +68,9 @@ def test_context_after_an_answer_re_asks_the_last_question(engine):
     d = s.turn("Oh wait, I'm on a monthly plan now.").decision
     assert d.action == Action.answer and d.citations[0].doc_id == "data-topup-monthly" and "2020" in d.message
     assert s.facets == {"plan_type": "monthly"}
+    # context that comes with a question of its own starts that question
+    d = s.turn("I'm a business customer, how much is a replacement SIM?").decision
+    assert d.action == Action.answer and d.citations[0].doc_id == "sim-replacement-business"
 
 
 def test_a_turn_nothing_answers_is_not_what_later_context_applies_to(engine):
