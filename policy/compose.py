@@ -55,8 +55,9 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
         if talk := o.signals.get("small_talk"):
             return _SOCIAL_REPLIES[str(talk)], []
         if Reason.question_needed in o.reasons:
-            ctx = o.signals.get("context") or {}
-            noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in dict(ctx).items())  # type: ignore[call-overload]
+            ctx = o.signals.get("context")
+            facets = ctx.items() if isinstance(ctx, dict) else []
+            noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in facets)
             return f"Thanks, I've noted that {noted}. What would you like to know?", []
         asks = [cfg.facet_questions.get(k, f"Could you tell me your {k.replace('_', ' ')}? "
                                          "The answer depends on it.") for k in o.missing_information]
