@@ -203,7 +203,7 @@ class Session:
         # wait, I'm on a monthly plan now", "what about prepaid?", but not "I'm on prepaid, how do I top up?"
         if self.last_question and left <= 3 and not (left and _ASKS.search(rest)):
             return self.last_question, {}
-        return text, (new if left == 0 and not self.last_question else {})
+        return text, (new if left == 0 else {})  # with no earlier question (else it was re-asked above)
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
@@ -228,10 +228,11 @@ class Session:
         # business customer.") is left out of the search: its words would make every business page
         # look like an answer to "how many lines can I have?". Within a clause ("my cat is breathing
         # fast", "the late fee for business accounts") they stay part of the question.
-        vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
+        query = normalized
         clauses = [c for c in re.split(r"(?<=[.?!;,])\s+", normalized) if c.strip()]
-        asked = [c for c in clauses if content_terms(without_facet_phrases(c, vocab, idioms))]
-        query = " ".join(asked) if asked else normalized
+        if len(clauses) > 1:  # one clause is searched whole either way
+            vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
+            query = " ".join(c for c in clauses if content_terms(without_facet_phrases(c, vocab, idioms))) or query
         timings["normalize"] = (time.perf_counter() - t0) * 1000
 
         result, error = None, None
