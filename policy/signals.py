@@ -66,6 +66,12 @@ def facet_vocabulary(cfg: PolicyConfig, kb_facets: dict[str, set[str]]) -> dict[
     return vocab
 
 
+@lru_cache(maxsize=1024)
+def _phrase(phrase: str) -> re.Pattern[str]:
+    """A facet phrase as a whole word or words ("business", not the "business" in "small-business")."""
+    return re.compile(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])")
+
+
 def _next_term(text: str, end: int) -> str | None:
     from kb.tokenize import content_terms
 
@@ -88,7 +94,7 @@ def facet_idioms(vocab: dict[str, dict[str, list[str]]],
         for p, key, value in single:
             if scope.get(key) == value or p not in t:
                 continue
-            for m in re.finditer(r"(?<![\w-])" + re.escape(p) + r"(?![\w-])", t):
+            for m in _phrase(p).finditer(t):
                 if nxt := _next_term(t, m.end()):
                     idioms.setdefault(p, set()).add(nxt)
     return idioms
@@ -116,7 +122,7 @@ def _facet_mentions(t: str, vocab: dict[str, dict[str, list[str]]], idioms: dict
     for key, values in vocab.items():
         for value, phrases in values.items():
             for phrase in phrases:
-                for m in re.finditer(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])", t):
+                for m in _phrase(phrase).finditer(t):
                     before = t[max(0, m.start() - 12):m.start()]
                     if idioms and _next_term(t, m.end()) in idioms.get(phrase, ()):
                         continue
@@ -271,8 +277,8 @@ _SOCIAL_PART = re.compile(r"^(?:" + "|".join(f"(?P<{k}>{rx})" for k, rx in _SOCI
 
 
 def small_talk(text: str) -> str | None:
-    """'closing', 'thanks', 'ack' or 'greeting' when every part of the turn is one ("OK, thanks, bye":
-    the first of these kinds said wins); None when anything else is said."""
+    """'closing', 'thanks', 'ack' or 'greeting' when every part of the turn is one; of several
+    ("OK, thanks, bye") the earliest in that list wins; None when anything else is said."""
     raw = [p.strip() for p in re.split(r"[,.!?;]+|\band\b|\bthen\b", normalize_text(text))]
     declined = any(re.match(r"no\b", p) for p in raw)
     parts = [re.sub(r"^((um+|uh+|oh|ah|well|so|yeah|yes|no|okay|ok)\s+)+(?=\S)", "", p) for p in raw if p]
