@@ -88,6 +88,14 @@ class Hit(BaseModel):
     missing_terms: list[str]  # normalized query terms absent from it
     # missing terms the section says in other words (term -> the section's word), see kb/soft_match.py
     soft_covered: dict[str, str] = Field(default_factory=dict)
+    soft_scores: dict[str, float] = Field(default_factory=dict)  # missing term -> best word cosine in the section
+    # the section's answer units (sentences, list items, table rows; kb/units.py) and the question's
+    # cosine to each (empty without the dense model)
+    units: list[str] = Field(default_factory=list)
+    unit_scores: list[float] = Field(default_factory=list)
+    heading_score: float | None = None  # the question's cosine to the section heading alone
+    # each unit's cosine to the clause that asks, when the turn has more (a story, then the question)
+    focus_scores: list[float] = Field(default_factory=list)
 
 
 class RetrievalResult(BaseModel):

@@ -27,6 +27,7 @@ from .lexical import LexicalIndex, make_index
 from .loader import KnowledgeBase, effective_status, visible_to
 from .models import Hit, RetrievalResult, RetrievalUnavailable, Section
 from .tokenize import STOPWORDS, content_terms, content_tokens
+from .units import UnitIndex, section_units
 
 __all__ = ["Retriever", "rrf", "section_embed_text", "section_index_text"]
 
@@ -103,6 +104,7 @@ class Retriever:
             for s, d in zip(self._sections, self._docs)
         ]
         self._views: dict[frozenset[str], _View] = {}
+        self.units: UnitIndex | None = None  # sentence embeddings, see attach_units
         self._role_keys: dict[str, frozenset[str]] = {}
         self._vocab: dict[tuple[frozenset[str], int], list[str]] = {}
         self._lock = threading.Lock()
@@ -172,6 +174,15 @@ class Retriever:
                 v = self._views[key] = _View(idx, lex, emb, top)
         return v
 
+    def attach_units(self, progress: bool = False) -> None:
+        """Embed every answer unit (sentence, list item, table row) so hits carry the question's
+        cosine to each; without the dense model hits still carry the units' text."""
+        if self._embedder is None or self.units is not None:
+            return
+        units = UnitIndex(self._sections, self._embedder.embed, self.kb_version, self._embedder.model_id)
+        units.build(progress)
+        self.units = units
+
     # ------------------------------------------------------------------ querying
 
     @property
@@ -240,7 +251,13 @@ class Retriever:
                 t3 = time.perf_counter()
                 timings["embed"] = (t3 - t2) * 1000
                 dense_scores = view.emb @ qv
-                dense_order = _top(dense_scores, allowed & (dense_scores >= self.dense_floor), self.candidates)
+                if self.units is not None and (unit_max := self.units.section_max(qv)) is not None:
+                    # a section is as close as its closest sentence or table row: a long page, or a
+                    # table, is found by the one line that answers
+                    rank_scores = np.maximum(dense_scores, unit_max[view.sections])
+                else:
+                    rank_scores = dense_scores
+                dense_order = _top(rank_scores, allowed & (rank_scores >= self.dense_floor), self.candidates)
                 timings["dense"] = (time.perf_counter() - t3) * 1000
         t4 = time.perf_counter()
 
@@ -258,6 +275,7 @@ class Retriever:
                       lex_rank.get(j), dense_rank.get(j), terms, on_date, lexical_only)
             for r, j in enumerate(ranked)
         ]
+        self._unit_scores(hits, None if lexical_only or dense_scores is None else qv)
         timings["fuse"] = (time.perf_counter() - t4) * 1000
         timings["total"] = (time.perf_counter() - t0) * 1000
         # IDF over the caller's visible sections; a term no visible section uses gets the rarest weight.
@@ -268,6 +286,17 @@ class Retriever:
             degraded_reason=degraded, kb_version=self.kb_version, visible_sections=n,
             timings_ms={a: round(b, 3) for a, b in timings.items()},
         )
+
+    def _unit_scores(self, hits: list[Hit], qv: np.ndarray | None) -> None:
+        for h in hits:
+            if self.units is not None:
+                h.units = self.units.units(h.locator)
+                if qv is not None:
+                    h.unit_scores = self.units.scores(h.locator, qv)
+                    h.heading_score = self.units.heading_score(h.locator, qv)
+            else:
+                section = self.kb.section(h.locator)
+                h.units = section_units(section) if section else []
 
     def _facet_mask(self, sections: np.ndarray, facets: dict[str, str]) -> np.ndarray:
         mask = np.ones(len(sections), dtype=bool)

@@ -99,7 +99,8 @@ class SoftMatcher:
         return sec
 
     def annotate(self, query: str, hits: list[Hit]) -> None:
-        """Fill `hit.soft_covered` (missing term -> the section word that says it) for each hit."""
+        """Fill `hit.soft_covered` (missing term -> the section word that says it) and `soft_scores`
+        (missing term -> its best word cosine in the section) for each hit."""
         q_words = {w: t for w, t in _surface_terms(query).items() if any(t in h.missing_terms for h in hits)}
         if not q_words:
             return
@@ -114,5 +115,7 @@ class SoftMatcher:
             sims = qv[[q_list.index(w) for w in missing]] @ self._vectors(s_list).T
             for i, w in enumerate(missing):
                 j = int(np.argmax(sims[i]))
+                term = q_words[w]
+                h.soft_scores[term] = max(h.soft_scores.get(term, 0.0), round(float(sims[i, j]), 4))
                 if sims[i, j] >= self.threshold:
-                    h.soft_covered[q_words[w]] = s_list[j]
+                    h.soft_covered[term] = s_list[j]

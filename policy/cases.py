@@ -4,6 +4,7 @@ A case is one conversation: a single `question` or several caller `turns`, a cal
 facets), faults to inject, and what a careful human agent would do (`expect`)."""
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ class Expect(BaseModel):
     team: str | None = None
     contains_all: list[str] = Field(default_factory=list)
     not_contains: list[str] = Field(default_factory=list)
+    # conflicting figures: the message may name none of them or all of them, never only some
+    not_contains_any_alone: list[str] = Field(default_factory=list)
 
     @field_validator("action", mode="before")
     @classmethod
@@ -61,7 +64,8 @@ class Expect(BaseModel):
             raise ValueError("actions must be a non-empty list, one entry per turn")
         return [_actions(x) for x in v]
 
-    @field_validator("cite_any", "missing_any", "contains_all", "not_contains", mode="before")
+    @field_validator("cite_any", "missing_any", "contains_all", "not_contains", "not_contains_any_alone",
+                     mode="before")
     @classmethod
     def _listify(cls, v: Any) -> Any:
         if v is None:
@@ -148,7 +152,8 @@ class Case(BaseModel):
         return [None] * (n - 1) + [final]
 
 
-def _raw_cases(path: Path) -> list[Any]:
+def _raw_cases(path: Path) -> tuple[list[Any], Any]:
+    """The raw case mappings and the file's `today` (None when it gives none)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -162,16 +167,27 @@ def _raw_cases(path: Path) -> list[Any]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise CasesError(f"{path}:{n}: invalid JSON: {exc.msg}") from exc
-        return rows
+        return rows, None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise CasesError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from exc
+    today = None
     if isinstance(data, dict) and isinstance(data.get("cases"), list):
-        data = data["cases"]  # also accept {cases: [...]}
+        today = data.get("today")  # {today: 2026-11-30, cases: [...]}: the date the cases were written for
+        data = data["cases"]
     if not isinstance(data, list):
         raise CasesError(f"{path}: expected a list of cases, got {type(data).__name__}")
-    return data
+    return data, today
+
+
+def _as_date(value: Any, path: Path) -> dt.date | None:
+    if value is None or isinstance(value, dt.date):
+        return value
+    try:
+        return dt.date.fromisoformat(str(value))
+    except ValueError as exc:
+        raise CasesError(f"{path}: today: expected a date like 2026-11-30, got {value!r}") from exc
 
 
 def _first_error(exc: ValidationError) -> str:
@@ -181,15 +197,23 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-def load_cases(path: str | Path) -> list[Case]:
+class CaseFile(list):  # type: ignore[type-arg]
+    """The cases of one file (a list of Case), with the date they were written for (`today`)."""
+
+    today: dt.date | None = None
+
+
+def load_cases(path: str | Path) -> CaseFile:
     """Read and validate a YAML or JSONL cases file. Raises CasesError naming the path, the case id
-    (or position) and the reason; case ids must be unique."""
+    (or position) and the reason; case ids must be unique. The result's `today` is the file's date."""
     p = Path(path)
     if not p.is_file():
         raise CasesError(f"{p}: cases file not found")
-    cases: list[Case] = []
+    cases = CaseFile()
     seen: set[str] = set()
-    for n, raw in enumerate(_raw_cases(p), 1):
+    raws, today = _raw_cases(p)
+    cases.today = _as_date(today, p)
+    for n, raw in enumerate(raws, 1):
         label = f"case #{n}"
         if isinstance(raw, dict) and raw.get("id") is not None:
             label = f"case {raw['id']!r}"

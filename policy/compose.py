@@ -7,8 +7,7 @@ import re
 
 from .config import PolicyConfig
 from .decision import Action, Citation, Reason
-from .evidence import GradedHit
-from .extract import pick_sentences
+from .evidence import GradedHit, best_units
 from .gates import GateOutcome
 from .normalize import common_words
 
@@ -31,6 +30,14 @@ def topic_phrase(question: str) -> str:
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
 
 
+_ASKED = {"amount": "what it costs", "duration": "how long it takes", "when": "when", "count": "how many"}
+
+
+def _what_is_asked(kind: str, topic: str) -> str:
+    """What the found page does not say, in plain words: the asked kind of fact, else the question."""
+    return _ASKED.get(kind, f"anything that answers {topic}")
+
+
 _SOCIAL_REPLIES = {
     "greeting": "Hello! What can I help you with today?",
     "thanks": "You're welcome. Is there anything else I can help you with?",
@@ -39,13 +46,35 @@ _SOCIAL_REPLIES = {
 }
 
 
+def _options(values: list[str]) -> str:
+    words = [v.replace("_", " ") for v in values]
+    return " or ".join(words) if len(words) <= 2 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _clarify_question(o: GateOutcome, cfg: PolicyConfig) -> str:
+    """One short question for the missing facet, naming the options; on a second try, only the options."""
+    options = o.signals.get("options") if isinstance(o.signals.get("options"), dict) else {}
+    asks = []
+    for key in o.missing_information:
+        values = list(options.get(key, []))  # type: ignore[union-attr]
+        name = key.replace("_", " ")
+        plain = f"Is that {_options(values)}?" if len(values) > 1 else f"Could you tell me your {name}?"
+        if o.signals.get("retry"):
+            asks.append(f"Sorry, I didn't catch your {name}. Is it {_options(values)}?" if len(values) > 1 else plain)
+        else:
+            asks.append(cfg.facet_questions.get(key) or f"It depends on your {name}. {plain}")
+    if len(asks) > 1:
+        return f"To answer that correctly I need two things. {asks[0]}"
+    return asks[0]
+
+
 def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation]]:
     """The spoken message and its citations for a gate outcome."""
     kind = str(o.signals.get("fact_kind", "any"))
     topic = topic_phrase(question)
     if o.action == Action.answer:
         g = o.evidence[0]
-        body = " ".join(pick_sentences(g, question, kind))
+        body = " ".join(best_units(g, kind))  # type: ignore[arg-type]
         cite = Citation(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version)
         return f"{_speakable_source(g)}: {body}", [cite]
 
@@ -59,12 +88,7 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
             facets = ctx.items() if isinstance(ctx, dict) else []
             noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in facets)
             return f"Thanks, I've noted that {noted}. What would you like to know?", []
-        asks = [cfg.facet_questions.get(k, f"Could you tell me your {k.replace('_', ' ')}? "
-                                         "The answer depends on it.") for k in o.missing_information]
-        if len(asks) > 1:
-            keys = " and ".join(k.replace("_", " ") for k in o.missing_information)
-            return f"To answer that correctly I need two things: your {keys}. {asks[0]}", []
-        return asks[0], []
+        return _clarify_question(o, cfg), []
 
     if o.action == Action.transfer:
         team = (o.team or cfg.default_team).replace("_", " ")
@@ -99,7 +123,7 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
                "and I won't pick one for you. An agent can confirm which applies.")
     elif Reason.required_fact_not_covered in r and o.evidence:
         g = o.evidence[0]
-        msg = (f"I can't confirm that. I found our {g.hit.title}, but it doesn't answer {topic}. "
+        msg = (f"I can't confirm that. I found our {g.hit.title}, but it doesn't say {_what_is_asked(kind, topic)}. "
                "I'd rather not guess. An agent can help with this if you'd like.")
     else:
         msg = (f"I'm sorry, I can't confirm that. Nothing in our help information answers {topic}, "

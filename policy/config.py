@@ -14,20 +14,17 @@ KB_OVERRIDE_NAME = "_policy.yaml"  # not *.md, so the KB loader never reads it a
 
 
 class Thresholds(BaseModel):
-    min_dense: float = 0.30
-    min_coverage: float = 0.34
-    answer_dense: float = 0.40
-    answer_coverage: float = 0.60
-    strong_dense: float = 0.62
-    strong_min_coverage: float = 0.34
-    lexical_only_coverage: float = 0.75
-    competitor_margin: float = 0.10
-    conflict_min_dense: float = 0.45
-    risk_min_dense: float = 0.40
-    threshold_baseline: float = 0.020
+    # The answer threshold is not here: it follows from the costs (scorer.answer_threshold).
+    related_p: float = 0.35  # below this probability of answering, a section is not about the question
+    conflict_p: float = 0.5  # sections at least this likely to answer are compared for conflicting figures
+    facet_margin: float = 0.3  # likely answers within this of the best decide whether a facet matters
+    min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
+    risk_min_dense: float = 0.40  # a high-risk section must be at least this close to route a transfer
+    competitor_margin: float = 0.10  # how far ahead the closest high-risk section must stand
+    threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer
+    answer_coverage: float = 0.60  # `--policy minimal`: key-term coverage needed to answer
     max_clarify_facets: int = 2
-    soft_match: float = 0.6
-    soft_weight: float = 0.8
+    soft_match: float = 0.6  # word cosine at which a section's word counts as saying the caller's word
 
 
 class Costs(BaseModel):
@@ -44,12 +41,18 @@ class Lexicons(BaseModel):
     approval_actions: list[str] = Field(default_factory=list)
 
 
+class Intent(BaseModel):
+    threshold: float = 0.72
+    examples: list[str] = Field(default_factory=list)
+
+
 class PolicyConfig(BaseModel):
     version: str
     retrieval: dict[str, Any] = Field(default_factory=lambda: {"k": 8})
     thresholds: Thresholds = Field(default_factory=Thresholds)
     costs: Costs = Field(default_factory=Costs)
     lexicons: Lexicons = Field(default_factory=Lexicons)
+    intents: dict[str, Intent] = Field(default_factory=dict)
     facet_synonyms: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     facet_questions: dict[str, str] = Field(default_factory=dict)
     default_team: str = "customer_care"

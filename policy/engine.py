@@ -22,20 +22,19 @@ from kb.tokenize import content_terms
 
 from . import recheck
 from .compose import compose
-from .extract import sentences
 from .config import PolicyConfig, load_policy_config
 from .decision import Action, Decision, EvidenceQuote, Handoff, Reason
+from .facets import FacetReader, scoped_context
+from .intents import IntentReader
 from .gates import GateOutcome, TurnFacts, decide
+from .language import asks_question, normalize_text, question_focus
+from .scorer import Scorer, load_scorer
 from .normalize import normalize_transcript
-from .signals import (approval_action, facet_idioms, facet_vocabulary, lexicon_words, normalize_text, small_talk,
-                      stated_facets, without_facet_phrases)
+from .signals import (approval_action, facet_idioms, facet_vocabulary, lexicon_words, small_talk, stated_facets,
+                      without_facet_phrases)
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
-# a question of its own: a question mark, a question word, or a question's inverted verb
-_ASKS = re.compile(r"\?|\b(how|what|when|where|why|which|who)\b|"
-                   r"\b(can|could|do|does|is|are|will|would|should)\s+(i|we|you|it|my|the|there)\b")
-SOFT_MATCH_HITS = 5  # the policy decides on the best few hits; matching words for more is wasted work
 
 
 class UnknownRole(ValueError):
@@ -62,12 +61,15 @@ class TurnOutcome(BaseModel):
     timings_ms: dict[str, float] = Field(default_factory=dict)
     retrieval: RetrievalResult | None = None
     gate: str = ""
+    graded: list[Any] = Field(default_factory=list)  # evidence.GradedHit per hit: p and features
 
 
 class Engine:
     def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
-                 state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False):
+                 state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False,
+                 scorer: Scorer | None = None):
         self.kb = kb
+        self.scorer = scorer or load_scorer(kb.root)  # whether a section answers (evaluation/train.py)
         self.retriever = retriever
         self.config = config
         self.state_dir = Path(state_dir)
@@ -83,13 +85,17 @@ class Engine:
         self._teams: dict[str, set[str]] = {}
         self._facet_phrases: dict[str, dict[str, dict[str, list[str]]]] = {}
         self._facet_idioms: dict[str, dict[str, set[str]]] = {}
+        self._facet_readers: dict[str, FacetReader | None] = {}
+        self._intents: IntentReader | None = None
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
              dense: bool = True, on_date: dt.date | None = None, progress: bool = False) -> "Engine":
         kb = load_kb(kb_dir)
         config = load_policy_config(policy_file, kb_dir=kb_dir)
-        return cls(kb, Retriever(kb, dense=dense, progress=progress), config, state_dir, on_date, progress)
+        retriever = Retriever(kb, dense=dense, progress=progress)
+        retriever.attach_units(progress)
+        return cls(kb, retriever, config, state_dir, on_date, progress)
 
     @property
     def kb_version(self) -> str:
@@ -97,7 +103,7 @@ class Engine:
 
     @property
     def policy_version(self) -> str:
-        return self.config.fingerprint()
+        return f"{self.config.fingerprint()}/{self.scorer.fingerprint}"
 
     def soft_matcher(self) -> SoftMatcher:
         """Word-level synonym matching for coverage; shares the retriever's embedding model. The
@@ -111,7 +117,7 @@ class Engine:
         return self._soft
 
     def with_config(self, config: PolicyConfig) -> "Engine":
-        other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date)
+        other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date, scorer=self.scorer)
         other._soft = self._soft
         return other
 
@@ -159,6 +165,35 @@ class Engine:
             self._facet_idioms[role] = facet_idioms(self.facet_phrases(role), texts)
         return self._facet_idioms[role]
 
+    def facet_reader(self, role: str) -> FacetReader | None:
+        """Reads facets stated in everyday words (needs the dense model; None without it)."""
+        if role not in self._facet_readers:
+            reader = None
+            if self.retriever.model_id and self.kb_facets(role):
+                docs = [(self.kb.docs[s.doc_id].applies_to, f"{self.kb.docs[s.doc_id].title}. {s.heading}")
+                        for s in self.kb.sections if visible_to(self.kb.docs[s.doc_id], role)]
+                reader = FacetReader(self.facet_phrases(role), scoped_context(docs), self.retriever.embed)
+            self._facet_readers[role] = reader
+        return self._facet_readers[role]
+
+    def focus_scores(self, question: str, hits: list[Hit]) -> None:
+        """Score each hit's units against the clause that asks, when the turn says more than that."""
+        units = self.retriever.units
+        focus = question_focus(question)
+        if units is None or focus is None:
+            return
+        vec = self.retriever.embed([focus])[0]
+        for h in hits:
+            h.focus_scores = units.scores(h.locator, vec)
+
+    def intents(self, text: str) -> dict[str, float]:
+        """Intents this turn has by meaning (policy file `intents`); none without the dense model."""
+        if not self.retriever.model_id or not self.config.intents:
+            return {}
+        if self._intents is None:
+            self._intents = IntentReader(self.config.intents, self.retriever.embed)
+        return self._intents.detect(text)
+
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":
         if policy not in POLICIES:
@@ -177,6 +212,9 @@ class Session:
         self.session_id = session_id
         self.policy = policy
         self.pending_question: str | None = None  # the question a clarify is waiting on
+        self.pending_facets: list[str] = []  # what that clarify asked for
+        self.clarify_retries = 0  # answers to it that could not be read
+        self.facet_retry = 0  # this turn: how many times the clarify's answer could not be read
         self.last_question: str | None = None  # the latest question decided, for context given after it
         self.transcript: list[str] = []
         self.turns = 0
@@ -184,26 +222,47 @@ class Session:
         self._last_audit_id = ""
 
     # -- state ------------------------------------------------------------------------------
+    def _read_facets(self, text: str) -> dict[str, str]:
+        """Facets this turn states: the KB's words for them, else their meaning. Our clarifying
+        question's keys are read more readily than facets the caller volunteers."""
+        eng = self.engine
+        new = stated_facets(text, eng.facet_phrases(self.role), eng.facet_idioms(self.role))
+        reader = eng.facet_reader(self.role)
+        if reader is None:
+            return new
+        asked = [k for k in self.pending_facets if k not in new] if self.pending_question else []
+        if asked:
+            new.update(reader.read(text, asked, prompted=True))
+        unasked = [k for k in eng.kb_facets(self.role) if k not in new and k not in self.facets and k not in asked]
+        if unasked:
+            new.update(reader.read(text, unasked, prompted=False))
+        return new
+
     def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
         """Fill facets the caller states; a reply to a clarify continues the pending question, and
         context given after any other reply ("it's a personal account") re-asks the last question.
         Returns the question to decide, and the facets stated when the turn is context with no
         question yet to apply it to."""
-        vocab = self.engine.facet_phrases(self.role)
-        new = stated_facets(text, vocab, self.engine.facet_idioms(self.role))
+        new = self._read_facets(text)
         self.facets.update(new)
+        self.facet_retry = 0
+        vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
+        left = len(content_terms(without_facet_phrases(text, vocab, idioms)))
+        asks = asks_question(text)
+        if self.pending_question:
+            if any(k in new for k in self.pending_facets) and (not asks or left <= 3):
+                return self.pending_question, {}  # "it's for the business": the clarify's answer
+            if not new and not asks:  # an answer we could not read: ask once more, then hand over
+                self.clarify_retries += 1
+                self.facet_retry = self.clarify_retries
+                return self.pending_question, {}
         if not new:
             return text, {}
-        rest = without_facet_phrases(text, vocab, self.engine.facet_idioms(self.role))
-        left = len(content_terms(rest))
-        # "I'm a business customer" answers the clarify; a new full question starts over.
-        if self.pending_question and left <= 3:
-            return self.pending_question, {}
         # Unasked for, context applies to the last question only when it asks nothing itself: "oh
         # wait, I'm on a monthly plan now", "what about prepaid?", but not "I'm on prepaid, how do I top up?"
-        if self.last_question and left <= 3 and not (left and _ASKS.search(rest)):
+        if self.last_question and not asks and left <= 3:
             return self.last_question, {}
-        return text, (new if left == 0 else {})  # with no earlier question (else it was re-asked above)
+        return text, (new if not asks and left <= 5 else {})
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
@@ -246,7 +305,8 @@ class Session:
         timings["retrieve"] = (time.perf_counter() - t1) * 1000
         if result is not None and not result.lexical_only and result.hits:
             ts = time.perf_counter()
-            eng.soft_matcher().annotate(normalized, result.hits[:SOFT_MATCH_HITS])
+            eng.soft_matcher().annotate(normalized, result.hits)
+            eng.focus_scores(query, result.hits)
             timings["soft_match"] = (time.perf_counter() - ts) * 1000
 
         t2 = time.perf_counter()
@@ -263,9 +323,12 @@ class Session:
                           caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
                           teams=eng.teams(self.role), action_hits=action_hits,
                           asr_low_confidence=low_conf, context_only=context_only,
-                          small_talk=social)
+                          small_talk=social, facet_retry=0 if low_conf or social else self.facet_retry,
+                          pending_facets=list(self.pending_facets),
+                          intents={} if low_conf or social or context_only else eng.intents(normalized),
+                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)
         if self.policy == "gated":
-            outcome = decide(facts, cfg)
+            outcome = decide(facts, cfg, eng.scorer)
             timings["policy"] = (time.perf_counter() - t2) * 1000
             t3 = time.perf_counter()
             decision = self._decision(outcome, question)
@@ -296,9 +359,11 @@ class Session:
             decision = self._with_handoff(decision, outcome, question, normalized)
         # The clarify's question stays pending until the caller supplies what was missing.
         if decision.action == Action.clarify and Reason.missing_facet in decision.reasons:
-            self.pending_question = question
+            if question != self.pending_question:
+                self.clarify_retries = 0
+            self.pending_question, self.pending_facets = question, list(decision.missing_information)
         elif not low_conf:
-            self.pending_question = None
+            self.pending_question, self.pending_facets, self.clarify_retries = None, [], 0
         # Context given later narrows the evidence; it cannot help a question nothing related to.
         if not (low_conf or context_only or social) and not (outcome and outcome.gate == "e_no_evidence"):
             self.last_question = question
@@ -312,7 +377,8 @@ class Session:
             eng.audit.append(line)
         return TurnOutcome(decision=decision, question=text, said=said, normalized_question=normalized,
                            audit_id=audit_id, timings_ms=timings, retrieval=result,
-                           gate=outcome.gate if outcome else self.policy)
+                           gate=outcome.gate if outcome else self.policy,
+                           graded=outcome.graded if outcome else [])
 
     def preview(self, text: str, *, asr: AsrSignal | None = None) -> Decision:
         """What `turn` would decide now, leaving the conversation and the logs untouched.
@@ -329,15 +395,17 @@ class Session:
     def snapshot(self) -> tuple:
         """The conversation state, for `restore`."""
         return (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
-                dict(self._turn_hits), self._last_audit_id, self.last_question)
+                dict(self._turn_hits), self._last_audit_id, self.last_question, list(self.pending_facets),
+                self.clarify_retries)
 
     def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None:
         """Put the conversation back as `snapshot` found it. With `superseded` (an audit id),
         a turn decided since then is void (the voice path ended it too early and the caller went
         on): its audit line stays, and a `turn_superseded` line says why it no longer counts."""
         (self.facets, self.pending_question, self.transcript, self.turns,
-         self._turn_hits, self._last_audit_id, self.last_question) = (
-            dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6])
+         self._turn_hits, self._last_audit_id, self.last_question, self.pending_facets, self.clarify_retries) = (
+            dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6],
+            list(state[7]), state[8])
         if superseded:
             self.engine.audit.append({"kind": "turn_superseded", "audit_id": superseded,
                                       "session": self.session_id, "reason": reason,
@@ -387,7 +455,7 @@ class Session:
         """Build the context package and store it durably before the caller hears 'transferring'."""
         evidence = []
         for g in (o.evidence if o else []):
-            quote = " ".join(sentences(g.hit.text)[:2])
+            quote = " ".join(g.hit.units[:2])
             evidence.append(EvidenceQuote(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version, quote=quote))
         team = (o.team if o and o.team else None) or (d.handoff.team if d.handoff else self.engine.config.default_team)
         reasons = [r.value for r in d.reasons]
@@ -415,8 +483,8 @@ class Session:
             hits.append({"locator": h.locator, "status": h.status.value, "lexical": round(h.lexical_score, 4),
                          "dense": None if h.dense_score is None else round(h.dense_score, 4),
                          "fused_rank": h.fused_rank, "covered": h.covered_terms, "missing": h.missing_terms,
-                         "coverage": round(g.coverage, 3) if g else None, "relevant": g.relevant if g else None,
-                         "answers": g.answers if g else None})
+                         "p_answers": round(g.p, 3) if g else None, "why": g.why if g else None,
+                         "features": {k: round(v, 3) for k, v in g.features.items()} if g else None})
         return {
             "kind": "turn", "audit_id": audit_id, "ts": dt.datetime.now(dt.timezone.utc).isoformat(),
             "session": self.session_id, "turn": self.turns, "role": self.role, "facets": dict(self.facets),

@@ -251,13 +251,24 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="where audits and handoffs go (default: a temporary directory)")
     p.add_argument("--no-dense", action="store_true", help="lexical retrieval only")
     p.add_argument("--failures", type=int, default=15, help="failing cases to list in the table output")
+    p.add_argument("--date", type=iso_date, help="decide as of this date (default: the cases file's `today`, "
+                                                 "else the real date)")
     return p
+
+
+def iso_date(text: str) -> dt.date:
+    """An argparse type: a calendar date, with a one-line error for 2026-13-01."""
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
 
 
 def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:
     from .engine import Engine
 
-    return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense)
+    return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
+                       on_date=args.date)
 
 
 def _audio_setup(args: argparse.Namespace, state_dir: str) -> tuple[Any, AudioRunner]:
@@ -266,6 +277,7 @@ def _audio_setup(args: argparse.Namespace, state_dir: str) -> tuple[Any, AudioRu
     from voice_agent.eval_audio import run_audio_case
 
     runtime = VoiceRuntime.load(args.kb, state_dir=state_dir, policy_file=args.policy_file)
+    runtime.engine.on_date = args.date
     return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=args.role)
 
 
@@ -311,6 +323,7 @@ def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         cases = load_cases(args.cases)
+        args.date = args.date or cases.today  # dated cases give the same result next year
         kb = Path(args.kb)
         if err := kb_dir_error(kb):
             raise CasesError(err)

@@ -1,9 +1,11 @@
 """The refusal policy: ordered gates from a caller turn and its retrieval to one of four actions.
 
-Pure and deterministic: no clock, no I/O. The order is the policy (tests pin it):
+Pure and deterministic: no clock, no I/O. Explicit gates only for the invariants, in this order:
   a human requested → b disallowed → c high risk / needs approval → d retrieval down →
-  e no strong evidence → f only deprecated/draft → g conflicting sources → h missing facet →
-  i question not covered → j answer.
+  e nothing about the question → f only outdated or future material → g current sources disagree →
+  h the answer depends on a facet the caller has not given → i no section answers (partial) → j answer.
+Whether a section is about the question, whether it answers it and which one to speak are one
+calibrated probability (policy/evidence.py), compared with a threshold derived from the costs.
 """
 from __future__ import annotations
 
@@ -11,18 +13,14 @@ import re
 from dataclasses import dataclass, field
 
 from kb.models import RISK_ORDER, EffectiveStatus, Hit, RetrievalResult
-from kb.tokenize import content_terms
 
 from .config import PolicyConfig
+from .conflicts import Similarity, find_conflicts
 from .decision import Action, Reason
-from .evidence import FRAME_TERMS, GradedHit, competitors, grade
-from .extract import pick_sentences
-from .numbers import quantities
-from .signals import (GENERIC_VERBS, action_verb, approval_action, asked_terms, disallowed_request,
-                      explain_question, fact_kind, heading_fits, human_requested, yes_no_question)
-
-
-_GENERIC_TERMS = frozenset(t for v in GENERIC_VERBS for t in content_terms(v))
+from .evidence import GradedHit, grade
+from .language import fact_kind
+from .scorer import Scorer, answer_threshold
+from .signals import approval_action, disallowed_request, human_requested
 
 
 @dataclass
@@ -43,6 +41,10 @@ class TurnFacts:
     # yet for it to apply to: the facets it stated
     context_only: dict[str, str] = field(default_factory=dict)
     small_talk: str | None = None  # the turn is only a greeting, thanks or goodbye (signals.small_talk)
+    facet_retry: int = 0  # times the caller's answer to our clarify could not be read: ask once more, then hand over
+    pending_facets: list[str] = field(default_factory=list)  # what that clarify asked for
+    intents: dict[str, float] = field(default_factory=dict)  # intents by meaning (policy/intents.py)
+    unit_similarity: Similarity | None = None  # cosine of two sections' units (kb/units.py), for conflicts
 
 
 @dataclass
@@ -61,312 +63,177 @@ class GateOutcome:
     graded: list[GradedHit] = field(default_factory=list)
 
 
+def _high(g: GradedHit) -> bool:
+    return RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
+
+
 def _risk_of(hits: list[GradedHit]) -> str:
-    levels = [g.hit.risk for g in hits] or ["low"]
-    return max(levels, key=lambda r: RISK_ORDER[r])
+    return max((g.hit.risk for g in hits), default="low", key=lambda r: RISK_ORDER[r])
 
 
-def _team(hits: list[GradedHit], cfg: PolicyConfig, prefer_risky: bool = False) -> str:
-    """The queue of the best-scoring section (of the best risky one, when risk decided)."""
-    risky = [g for g in hits if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]]
-    ordered = (risky or hits) if prefer_risky else hits
-    for g in ordered:
-        if g.hit.handoff_team:
-            return g.hit.handoff_team
-    return cfg.default_team
+def _team(hits: list[GradedHit], cfg: PolicyConfig) -> str:
+    """The queue of the first of these sections that names one."""
+    return next((g.hit.handoff_team for g in hits if g.hit.handoff_team), cfg.default_team)
 
 
 def _named_team(question: str, teams: set[str]) -> str | None:
     """A team the caller asks for by name ("put me through to tech support")."""
     q = " " + re.sub(r"[^a-z ]", " ", question.lower()) + " "
-    for team in sorted(teams, key=len, reverse=True):
-        if f" {team.replace('_', ' ').lower()} " in q:
-            return team
-    return None
+    return next((t for t in sorted(teams, key=len, reverse=True) if f" {t.replace('_', ' ').lower()} " in q), None)
 
 
-def _supersedes(a: GradedHit, b: GradedHit) -> bool:
-    return b.doc_id in a.hit.supersedes or a.doc_id in b.hit.supersedes
-
-
-def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
-    fa, fb = a.hit.applies_to, b.hit.applies_to
-    return any(k in fb and fb[k] != v for k, v in fa.items())
-
-
-# Which quantity kinds can settle each kind of question (see signals.fact_kind).
-_KINDS_FOR_FACT = {"duration": {"time"}, "amount": {"money", "percent"}, "count": {"number", "data"},
-                   "date": {"date"}}
-
-
-def _figures(g: GradedHit, question: str, fact: str) -> dict[str, set[str]]:
-    """Quantities by kind in the sentences this section would speak as the answer."""
-    wanted = _KINDS_FOR_FACT[fact]
-    out: dict[str, set[str]] = {}
-    for sent in pick_sentences(g, question, fact):
-        for q in quantities(sent):
-            if q.kind in wanted:
-                out.setdefault(q.kind, set()).add(q.value)
-    return out
-
-
-def _distinct_weight(a: GradedHit, b: GradedHit, weights: dict[str, float]) -> float:
-    """Share of the question's weight that one section covers and the other does not: two sections
-    only compete as answers to the same question when this is small (Mexico vs EU day passes)."""
-    ea, eb = set(a.hit.covered_terms), set(b.hit.covered_terms)
-    ca, cb = ea | set(a.hit.soft_covered), eb | set(b.hit.soft_covered)
-    terms = ca | cb | set(a.missing_terms)
-    total = sum(weights.get(t, 1.0) for t in terms) or 1.0
-    # only a term one section names outright and the other does not say at all (a word-similarity
-    # match is too weak to tell two topics apart)
-    diff = {t for t in (ea - cb) | (eb - ca) if not t[:1].isdigit()}  # the disputed figures themselves
-    return sum(weights.get(t, 1.0) for t in diff) / total
-
-
-def _body_coverage(g: GradedHit, result: RetrievalResult, asked: set[str]) -> float:
-    """Weighted share of the question's terms in the section's own heading and text; the thing a
-    what/which question asks for counts triple."""
-    body = set(content_terms(f"{g.hit.heading} {g.hit.text}"))
-    terms = [t for t in result.query_terms if t not in FRAME_TERMS and len(t) > 1]
-    w = {t: result.term_weights.get(t, 1.0) * (3.0 if t in asked else 1.0) for t in terms}
-    total = sum(w.values()) or 1.0
-    return sum(w[t] for t in terms if t in body) / total
-
-
-def _heading_names(g: GradedHit, result: RetrievalResult, asked: set[str]) -> float:
-    """Weighted share of what a what/which question asks for that the section's heading names."""
-    if not asked:
-        return 0.0
-    heading = set(content_terms(g.hit.heading))
-    w = {t: result.term_weights.get(t, 1.0) for t in asked}
-    return round(sum(v for t, v in w.items() if t in heading) / (sum(w.values()) or 1.0), 2)
-
-
-def find_conflicts(cands: list[GradedHit], cfg: PolicyConfig, weights: dict[str, float], question: str,
-                   fact: str) -> list[tuple[GradedHit, GradedHit, str]]:
-    """Pairs of current, same-scope sections, each strong enough to answer, whose answers give
-    different figures of the kind the question asks for."""
-    if fact not in _KINDS_FOR_FACT:
-        return []  # only a question asking for a figure can be answered two ways by figures
-    pairs = []
-    strong: list[GradedHit] = []
-    for g in cands:  # each document speaks through its best section only
-        if g.active and g.has_fact and (g.dense or 0) >= cfg.thresholds.conflict_min_dense \
-                and all(x.doc_id != g.doc_id for x in strong):
-            strong.append(g)
-    for i, a in enumerate(strong):
-        for b in strong[i + 1:]:
-            if a.doc_id == b.doc_id or _supersedes(a, b) or _facet_disjoint(a, b) or not (a.answers or b.answers):
-                continue
-            # both must be equally about the question: a dispute page that mentions late fees
-            # does not contradict the late-fee page
-            if _distinct_weight(a, b, weights) > 0.4 or abs((a.dense or 0) - (b.dense or 0)) > 0.1:
-                continue
-            fa, fb = _figures(a, question, fact), _figures(b, question, fact)
-            for kind in sorted(set(fa) & set(fb)):
-                if fa[kind].isdisjoint(fb[kind]):
-                    pairs.append((a, b, kind))
-                    break
-    return pairs
+def risky_sections(active: list[GradedHit], cfg: PolicyConfig) -> list[GradedHit]:
+    """High-risk sections the question is about: one likely to answer it; or, when no other section
+    is, the one closest to it in meaning by a clear margin (a worried caller rarely uses the page's
+    words), and a critical topic (an emergency) close to it among the first few."""
+    th = cfg.thresholds
+    out = [g for g in active if _high(g) and g.p >= th.related_p]
+    if out or any(g.p >= th.related_p for g in active):
+        return out
+    by_topic = sorted(active, key=lambda g: -g.topic)
+    if by_topic and _high(by_topic[0]) and by_topic[0].topic >= th.risk_min_dense:
+        runner_up = next((g.topic for g in by_topic[1:] if not _high(g)), 0.0)
+        if by_topic[0].topic - runner_up >= th.competitor_margin / 2:
+            out.append(by_topic[0])
+    out += [g for g in by_topic[:3] if g.hit.risk == "critical" and g.topic >= th.risk_min_dense]
+    return list({g.hit.locator: g for g in out}.values())
 
 
 def missing_facets(cands: list[GradedHit], facts: TurnFacts, cfg: PolicyConfig) -> list[str]:
-    """Facet keys on which the competing evidence splits and that the caller has not given.
-
-    Only sections strong enough to answer count: a facet is worth asking about when knowing it
-    would let us answer, not when the scoped documents merely share a word with the question."""
+    """Facet keys the caller has not given on which the likely answers depend: they split on the
+    key, or one is scoped to a value while the KB knows others (answering with it would apply, say,
+    the personal rule to a business caller)."""
     keys: list[str] = []
-    cands = [g for g in cands if g.answers]
     for g in cands:
         for key, value in g.hit.applies_to.items():
             if key in facts.caller_facets or key in keys:
                 continue
             values = {c.hit.applies_to.get(key) for c in cands}
-            # The evidence splits on the key, or it is scoped to one value while the KB knows others:
-            # answering with it would apply, say, the personal rule to a business caller.
-            if len(values - {None}) > 1 or len(facts.kb_facets.get(key, set()) - {value}) > 0:
+            if len(values - {None}) > 1 or facts.kb_facets.get(key, set()) - {value}:
                 keys.append(key)
     return keys[: cfg.thresholds.max_clarify_facets]
 
 
-def decide(facts: TurnFacts, cfg: PolicyConfig) -> GateOutcome:
+def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
     q = facts.question
     kind = fact_kind(q)
-    graded = grade(facts.result, cfg.thresholds, kind) if facts.result else []
-    relevant = [g for g in graded if g.relevant]
+    graded = grade(facts.result, scorer, kind) if facts.result else []
     signals: dict[str, object] = {"fact_kind": kind}
 
     def out(action: Action, reasons: list[Reason], gate: str, **kw: object) -> GateOutcome:
-        kw.setdefault("risk_level", _risk_of(relevant[:1]))
+        kw.setdefault("risk_level", _risk_of(graded[:1]))
         return GateOutcome(action, reasons, gate, signals=signals, graded=graded, **kw)  # type: ignore[arg-type]
 
-    if facts.asr_low_confidence:
-        return out(Action.clarify, [Reason.asr_low_confidence], "asr")
-    # Greetings, thanks and goodbyes ask nothing: a social reply, not "nothing answers 'thanks'".
-    if facts.small_talk:
-        signals["small_talk"] = facts.small_talk
-        return out(Action.clarify, [Reason.question_needed], "small_talk", missing_information=["question"],
-                   risk_level="low")
-    # Context without a question: searching "a personal account" would answer (or transfer) a
-    # question nobody asked. Ask for the question; the context is kept for it.
-    if facts.context_only:
-        signals["context"] = dict(facts.context_only)
-        return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],
-                   risk_level="low")
-
-    # a. An explicit request for a human wins over everything, even a perfect answer.
-    if m := human_requested(q, cfg):
-        signals["human_request"] = m
-        return out(Action.transfer, [Reason.human_requested], "a_human",
-                   team=_named_team(q, facts.teams) or _team(relevant[:1], cfg), evidence=relevant[:3],
-                   evidence_status="direct" if any(g.answers for g in relevant) else "missing")
-
-    # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
-    if m := disallowed_request(q, cfg):
-        signals["disallowed"] = m
-        return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
-
-    # c. High-risk topics (from KB metadata) and actions a human must approve.
-    top = competitors(graded, cfg.thresholds.competitor_margin)
-    # A high-risk section counts when it is about the question as much as the best current one is:
-    # it covers the question's terms at least as well and scores nearly as high (not merely shares a
-    # word). Outdated and future documents do not set today's risk.
-    top_active = competitors([g for g in graded if g.active], cfg.thresholds.competitor_margin)
-    risky = [g for g in top_active if RISK_ORDER[g.hit.risk] >= RISK_ORDER["high"]
-             # a critical topic (an emergency) goes to a human on any relevant evidence
-             and (g.dense is None or g.dense >= cfg.thresholds.risk_min_dense or g.hit.risk == "critical")
-             and (g is top_active[0] or (g.has_fact and g.coverage >= top_active[0].coverage - 1e-9
-                                         and g.score >= top_active[0].score - cfg.thresholds.competitor_margin / 2
-                                         and (g.dense or 0) >= (top_active[0].dense or 0) - cfg.thresholds.competitor_margin / 2))]
-    # High risk with only partial evidence still goes to a human: the section closest in meaning
-    # is a high-risk one even though it shares few of the caller's words ("someone hijacked my number").
-    by_meaning = sorted((g for g in graded if g.active), key=lambda g: -(g.dense or 0.0))
-    if not risky and by_meaning and RISK_ORDER[by_meaning[0].hit.risk] >= RISK_ORDER["high"]:
-        closest = by_meaning[0]
-        safe = [g for g in by_meaning if RISK_ORDER[g.hit.risk] < RISK_ORDER["high"]]
-        runner_up = (safe[0].dense or 0.0) if safe else 0.0
-        if (closest.dense or 0) >= cfg.thresholds.answer_dense and closest.coverage >= cfg.thresholds.min_coverage / 2 \
-                and (closest.dense or 0) - runner_up >= cfg.thresholds.competitor_margin:
-            risky = [closest]
-    if m := approval_action(q, cfg):
-        signals["approval_action"] = m
-        # the action's team: a high-risk section that names the action itself ("legal action" for
-        # "I'm going to sue"), else a high-risk section among the closest in meaning, if any
-        # (close in meaning to those words too: "sign me up" shares only the word "sign" with the
-        # warning-signs page)
-        named = [h for h in facts.action_hits if h.lexical_score > 0 and h.handoff_team
-                 and (h.dense_score is None or h.dense_score >= cfg.thresholds.min_dense)
-                 and RISK_ORDER[h.risk] >= RISK_ORDER["high"] and h.status == EffectiveStatus.active]
-        team = named[0].handoff_team if named else _team(risky or by_meaning[:3] or top, cfg, prefer_risky=True)
-        if named:
-            signals["action_section"] = named[0].locator
-        return out(Action.transfer, [Reason.action_requires_approval], "c_approval",
-                   team=team, evidence=(risky or top)[:3],
-                   risk_level=max(_risk_of(top), "high", key=lambda r: RISK_ORDER[r]),
-                   evidence_status="partial" if top else "missing")
-    if risky:
-        return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk",
-                   team=_team(risky, cfg, prefer_risky=True), evidence=top[:3], risk_level=_risk_of(risky),
-                   evidence_status="direct" if any(g.answers for g in risky) else "partial")
-
-    # d. Retrieval down: say it is a system limitation, never "we have no information".
-    if facts.result is None:
+    if early := _conversation_gates(facts, signals, out):
+        return early
+    if early := _intent_gates(facts, graded, cfg, signals, out):
+        return early
+    if facts.result is None:  # d. retrieval down: a system limitation, never "we have no information"
         signals["retrieval_error"] = facts.retrieval_error
         return out(Action.refuse, [Reason.retrieval_unavailable], "d_retrieval_down")
     if facts.result.lexical_only:
         signals["lexical_only"] = facts.result.degraded_reason
+    return _evidence_gates(facts, graded, cfg, scorer, signals, out)
 
-    # e. Nothing permitted is strong enough to be about this question.
-    if not relevant:
-        best = graded[0] if graded else None
-        # On topic but sharing too few of the question's terms: background, not an answer. Say what
-        # was found and that it does not answer (the seed's renewal-rules page for "cancel auto-renewal").
-        if best and best.active and best.coverage > 0 and (best.dense or 0) >= cfg.thresholds.answer_dense:
-            signals["missing_terms"] = best.missing_terms
-            return out(Action.refuse, [Reason.required_fact_not_covered, Reason.background_only], "e_background",
-                       evidence=[best], missing_information=best.missing_terms, evidence_status="background")
-        reason = Reason.low_retrieval_score if best and best.coverage > 0 else Reason.no_relevant_evidence
-        signals["best_score"] = round(best.score, 3) if best else None
+
+def _conversation_gates(facts: TurnFacts, signals: dict[str, object], out) -> GateOutcome | None:  # noqa: ANN001
+    if facts.asr_low_confidence:
+        return out(Action.clarify, [Reason.asr_low_confidence], "asr")
+    if facts.small_talk:  # greetings, thanks, goodbyes ask nothing: a social reply
+        signals["small_talk"] = facts.small_talk
+        return out(Action.clarify, [Reason.question_needed], "small_talk", missing_information=["question"],
+                   risk_level="low")
+    signals["options"] = {k: sorted(v) for k, v in facts.kb_facets.items()}
+    if facts.facet_retry == 1:  # the answer to our clarify could not be read: ask again, options spelled out
+        signals["retry"] = True
+        return out(Action.clarify, [Reason.missing_facet], "h_facet_retry", missing_information=facts.pending_facets,
+                   evidence_status="partial")
+    if facts.facet_retry > 1:  # never loop: a person takes it from here
+        return out(Action.transfer, [Reason.missing_facet], "h_facet_unread", missing_information=facts.pending_facets,
+                   evidence_status="partial")
+    if facts.context_only:  # context without a question: ask for the question, keep the context
+        signals["context"] = dict(facts.context_only)
+        return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],
+                   risk_level="low")
+    return None
+
+
+def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, signals: dict[str, object],
+                  out) -> GateOutcome | None:  # noqa: ANN001
+    q = facts.question
+    active = [g for g in graded if g.active]
+    # a. An explicit request for a human wins over everything, even a perfect answer.
+    if m := human_requested(q, cfg) or (f"by meaning {facts.intents['human_request']:.2f}"
+                                         if "human_request" in facts.intents else None):
+        signals["human_request"] = m
+        return out(Action.transfer, [Reason.human_requested], "a_human",
+                   team=_named_team(q, facts.teams) or _team(active[:1], cfg), evidence=active[:3],
+                   evidence_status="direct" if active and active[0].p >= cfg.thresholds.related_p else "missing")
+    # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
+    if m := disallowed_request(q, cfg):
+        signals["disallowed"] = m
+        return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
+    # c. High-risk topics (from KB metadata) and actions a human must approve.
+    risky = risky_sections(active, cfg)
+    if m := approval_action(q, cfg):
+        signals["approval_action"] = m
+        named = [h for h in facts.action_hits if h.lexical_score > 0 and h.handoff_team
+                 and (h.dense_score is None or h.dense_score >= cfg.thresholds.min_dense)
+                 and RISK_ORDER[h.risk] >= RISK_ORDER["high"] and h.status == EffectiveStatus.active]
+        if named:
+            signals["action_section"] = named[0].locator
+        team = named[0].handoff_team if named else _team(risky or active[:3], cfg)
+        return out(Action.transfer, [Reason.action_requires_approval], "c_approval", team=team,
+                   evidence=(risky or active)[:3], risk_level=max(_risk_of(risky), "high", key=RISK_ORDER.get),
+                   evidence_status="partial" if active else "missing")
+    if risky:
+        return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),
+                   evidence=risky[:3], risk_level=_risk_of(risky), evidence_status="partial")
+    return None
+
+
+def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, scorer: Scorer,
+                    signals: dict[str, object], out) -> GateOutcome:  # noqa: ANN001
+    th = cfg.thresholds
+    answer_p = answer_threshold(cfg.costs.answer_instead_of_refuse_or_transfer,
+                                cfg.costs.refuse_or_transfer_instead_of_answer)
+    signals["answer_p"] = round(answer_p, 3)
+    active = [g for g in graded if g.active]
+    best = active[0] if active else None
+    signals["best"] = {"locator": best.hit.locator, "p": round(best.p, 3), "why": best.why} if best else None
+    # e. Nothing retrieved is about the question.
+    if not graded or graded[0].p < th.related_p:
+        reason = Reason.low_retrieval_score if graded else Reason.no_relevant_evidence
         return out(Action.refuse, [reason], "e_no_evidence")
-
-    # f. Only outdated or not-yet-in-force material is about the question.
-    active = [g for g in relevant if g.active]
-    if not active:
-        statuses = {g.hit.status for g in relevant}
-        reason = Reason.deprecated_only if EffectiveStatus.deprecated in statuses else Reason.draft_only
-        return out(Action.refuse, [reason], "f_version", evidence=relevant[:2], evidence_status="background")
-
-    # The question is about something only outdated or future material covers (its best section
-    # beats every current one, and no current document replaces it): not the current rule.
-    lead = max(relevant, key=lambda g: g.dense or 0.0)
-    replaced = {d for g in active for d in g.hit.supersedes}
-    if (not lead.active and lead.doc_id not in replaced and lead.dense is not None
-            and lead.dense - max(g.dense or 0.0 for g in active) > cfg.thresholds.competitor_margin / 2):
-        reason = Reason.deprecated_only if lead.hit.status == EffectiveStatus.deprecated else Reason.draft_only
-        return out(Action.refuse, [reason], "f_version", evidence=[lead], evidence_status="background")
-
-    cands = competitors(active, cfg.thresholds.competitor_margin)
-
-    # g. Current sources disagree: expose it, never pick a side.
-    # (a wider net than the facet check: a disagreeing source need not rank quite as high)
-    if conflicts := find_conflicts(competitors(active, 2 * cfg.thresholds.competitor_margin), cfg,
-                                   facts.result.term_weights, q, kind):
-        a, b, qkind = conflicts[0]
-        desc = [f"{x.hit.title} ({x.doc_id}) and {y.hit.title} ({y.doc_id}) give different {k} figures"
-                for x, y, k in conflicts]
+    # f. What answers is outdated or not yet in force, and nothing current does.
+    old = graded[0]
+    if not old.active and (best is None or scorer.answer_probability(best.p) < answer_p):
+        reason = Reason.deprecated_only if old.hit.status == EffectiveStatus.deprecated else Reason.draft_only
+        return out(Action.refuse, [reason], "f_version", evidence=[old], evidence_status="background")
+    assert best is not None
+    # g. Current sources disagree on the asked fact: expose it, never pick a side.
+    likely = [g for g in active if g.p >= th.conflict_p]
+    kind = signals["fact_kind"]
+    if pairs := find_conflicts(best, active[1:], kind, th.conflict_p, facts.unit_similarity):  # type: ignore[arg-type]
+        a, b = pairs[0][0], pairs[0][1]
         high = RISK_ORDER[_risk_of([a, b])] >= RISK_ORDER["high"]
         return out(Action.transfer if high else Action.refuse, [Reason.conflicting_sources], "g_conflict",
-                   evidence=[a, b], conflicts=desc, evidence_status="conflicting", team=_team([a, b], cfg))
-
-    # h. The evidence depends on who the caller is: ask, naming the options.
+                   evidence=[a, b], conflicts=[p[2] for p in pairs], evidence_status="conflicting",
+                   team=_team([a, b], cfg))
+    # h. The likely answers depend on who the caller is: ask, naming the options.
+    cands = [g for g in likely if g.p >= best.p - th.facet_margin] or [best]
     if missing := missing_facets(cands, facts, cfg):
         return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
                    evidence=cands[:3], evidence_status="partial")
-
-    # i. Key terms or the asked-for fact are not in the evidence. Among the current sections strong
-    # enough to answer, prefer the one that holds the kind of fact asked for.
-    # Other sections of the same documents may hold the fact ("how long" lives under its own heading).
-    # A document that answers may hold the fact in a section that scores lower on its own; among
-    # the sections of answering documents, take the one whose own words (not its document's title)
-    # hold the question's terms and the kind of fact asked for.
-    docs = {g.doc_id for g in cands if g.answers}
-    pool = cands + [g for g in active if g.doc_id in docs and g.relevant and g not in cands]
-    asked = asked_terms(q)
-    # … then one whose condition holds the number the caller gave ("aged 75 or over" for "I'm 78"), then
-    # one whose heading says it gives that kind of fact ("How to turn roaming on" rather than "Roaming
-    # is off until you turn it on" for "how do I switch on roaming"), then one that answers on its own
-    # over one that only repeats the asked words ("Eligibility for a retention offer" for "which
-    # retention offer should I try first"), then one whose heading names what a what/which question
-    # asks for ("Discount codes" for "what retention discount codes can I offer")
-    best = max(pool, key=lambda g: (g.doc_id in docs, g.has_fact, len(g.held),
-                                    g.has_fact and heading_fits(kind, g.hit.heading),
-                                    g.answers, _heading_names(g, facts.result, asked),
-                                    round(_body_coverage(g, facts.result, asked), 2),
-                                    g.coverage + (g.dense or 0)))
-    verb = action_verb(q)
-    # the action must be named outright: word similarity confuses opposites (pause ~ continue)
-    verb_missing = verb is not None and verb not in best.hit.covered_terms
-    if verb_missing:
-        signals["action_verb_missing"] = verb
-    # A yes/no question ("does voicemail turn messages into text?") is answered only by a section
-    # that speaks to every part of it; a section about the rest would be a confident non-answer.
-    # So is a question asking what something the caller describes means ("flashing red").
-    unsaid = (yes_no_question(q) or explain_question(q)) and [t for t in best.missing_terms
-                                                              if t not in _GENERIC_TERMS]
-    if unsaid:
-        signals["yes_no_terms_missing"] = unsaid
-    if best.doc_id not in docs or not best.has_fact or verb_missing or unsaid:
-        reasons = [Reason.required_fact_not_covered]
-        if best.doc_id not in docs:
-            reasons.append(Reason.partial_evidence if best.coverage >= cfg.thresholds.min_coverage
-                           else Reason.background_only)
-        signals["missing_terms"] = best.missing_terms
-        return out(Action.refuse, reasons, "i_not_covered", evidence=[best],
-                   missing_information=best.missing_terms or [kind], evidence_status="partial")
-
-    # j. Grounded answer from the best current, in-scope section.
-    reasons = [Reason.grounded_answer]
-    if facts.result.lexical_only:
-        reasons.append(Reason.embedding_unavailable)
-    conf = min(1.0, best.score)
-    return out(Action.answer, reasons, "j_answer", evidence=[best], evidence_status="direct", confidence=conf)
+    # i. Something is about the question but no section answers it: say what is missing.
+    confidence = scorer.answer_probability(best.p)
+    signals["answer_probability"] = round(confidence, 3)
+    if confidence < answer_p:
+        signals["missing_terms"] = best.missing
+        return out(Action.refuse, [Reason.required_fact_not_covered, Reason.partial_evidence], "i_not_covered",
+                   evidence=[best], missing_information=best.missing[:3] or [str(signals["fact_kind"])],
+                   evidence_status="partial")
+    # j. Grounded answer from the current, in-scope section most likely to answer.
+    reasons = [Reason.grounded_answer] + ([Reason.embedding_unavailable] if facts.result.lexical_only else [])
+    return out(Action.answer, reasons, "j_answer", evidence=[best], evidence_status="direct",
+               confidence=confidence)

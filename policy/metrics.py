@@ -178,7 +178,8 @@ def case_failures(case: Case, turns: list[TurnRecord]) -> list[str]:
     - missing_any: some clarify turn must ask for one of the facets (skipped without clarify turns).
     - team: every transfer must go to this team.
     - contains_all: the final decision's message contains each phrase (case-insensitive).
-    - not_contains: no decision's message contains any of the phrases."""
+    - not_contains: no decision's message contains any of the phrases.
+    - not_contains_any_alone: no message names some of the phrases but not all (one side of a conflict)."""
     e = case.expect
     out: list[str] = []
     for rec in turns:
@@ -211,6 +212,10 @@ def case_failures(case: Case, turns: list[TurnRecord]) -> list[str]:
         for i, d in enumerate(decisions):
             if _norm(phrase) in _norm(d.message):
                 out.append(f"not_contains: turn {i + 1} says {phrase!r}")
+    for i, d in enumerate(decisions):
+        said = [p for p in e.not_contains_any_alone if _norm(p) in _norm(d.message)]
+        if said and len(said) < len(e.not_contains_any_alone):
+            out.append(f"not_contains_any_alone: turn {i + 1} states only {said}")
     return out
 
 

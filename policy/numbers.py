@@ -1,41 +1,48 @@
-"""Find the numbers, amounts, durations and dates a text asserts, in a comparable form.
+"""The one reader of numbers in text: figures, amounts, durations, dates and times, in a comparable
+form. Number words go through text2num ("eighteen", "seventy-five", "three hundred and twenty");
+a few spoken measures it does not know are added ("a fortnight", "half an hour").
 
-Used by the pre-TTS recheck (every number spoken must stand in a cited section) and by conflict
-detection (two current documents giving different figures for the same kind of quantity)."""
+Used by conflict detection (two current documents giving different figures), the pre-TTS recheck
+(every number spoken must stand in a cited section), the spoken-number normalization of caller
+turns, and the eval's evidence checks."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
-_WORD_NUMS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "fourteen": 14, "fifteen": 15, "twenty": 20,
-    "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "ninety": 90, "hundred": 100,
-}
+# Spoken measures that are a number and a unit in one word.
+_MEASURES = {"fortnight": "14 days", "fortnights": "14 days", "half an hour": "30 minutes",
+             "half a day": "12 hours", "a dozen": "12", "a couple of": "2", "a hundred": "100",
+             "a thousand": "1000", "a week": "1 week", "a month": "1 month", "a year": "1 year",
+             "a day": "1 day", "an hour": "1 hour"}
+_MEASURE_RX = re.compile(r"\b(?:a |an )?(" + "|".join(sorted((re.escape(k) for k in _MEASURES), key=len,
+                                                              reverse=True)) + r")\b", re.I)
 
 _UNIT_KIND = {
     "second": "time", "minute": "time", "hour": "time", "day": "time", "week": "time", "month": "time",
-    "year": "time", "business day": "time", "working day": "time",
-    "$": "money", "usd": "money", "dollar": "money", "cent": "money", "€": "money", "eur": "money",
-    "£": "money", "%": "percent", "percent": "percent", "gb": "data", "mb": "data", "tb": "data",
-    "mbps": "speed", "gbps": "speed",
+    "year": "time", "$": "money", "usd": "money", "dollar": "money", "cent": "money", "€": "money",
+    "eur": "money", "euro": "money", "£": "money", "gbp": "money", "pound": "money", "p": "money",
+    "pence": "money", "%": "percent", "percent": "percent", "gb": "data", "mb": "data", "tb": "data",
+    "mbps": "speed", "gbps": "speed", "kwh": "energy",
 }
-
 _NUM = r"\d+(?:[.,]\d+)*"
 _QUANTITY = re.compile(
     r"(?P<cur>[$€£])\s?(?P<amt>" + _NUM + r")"
-    r"|(?P<num>" + _NUM + r")\s?(?P<unit>%|percent|gb|mb|tb|mbps|gbps|usd|eur|dollars?|cents?|"
-    r"(?:business |working |calendar )?(?:seconds?|minutes?|hours?|days?|weeks?|months?|years?))\b",
+    r"|(?P<num>" + _NUM + r")\s?(?P<unit>%|percent|gb|mb|tb|mbps|gbps|kwh|usd|eur|gbp|dollars?|cents?|euros?|"
+    r"pounds?|pence|p(?=\W|$)|(?:business |working |calendar |banking )?"
+    r"(?:seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?))\b",
     re.IGNORECASE,
 )
 _DATE = re.compile(r"\b(19|20)\d\d-\d\d(?:-\d\d)?\b")
+_CLOCK = re.compile(r"\b(\d{1,2})(?::(\d\d))?\s?(am|pm|a\.m\.|p\.m\.)|\b(\d{1,2}):(\d\d)\b", re.I)
 _BARE = re.compile(r"(?<![\w.])" + _NUM + r"(?![\w])")
 
 
 @dataclass(frozen=True)
 class Quantity:
-    value: str  # canonical number text ("10", "7.50")
-    kind: str  # time | money | percent | data | speed | number | date
+    value: str  # canonical number text ("10", "7.5"); pence are pounds ("0.75")
+    kind: str  # time | money | percent | data | speed | energy | number | date | clock
 
     def __str__(self) -> str:
         return f"{self.value} ({self.kind})"
@@ -45,53 +52,75 @@ def _canon(num: str) -> str:
     n = num.replace(",", "")
     if "." in n:
         n = n.rstrip("0").rstrip(".")
-    return n
+    return n or "0"
 
 
 def _unit_kind(unit: str) -> str:
-    u = unit.lower().strip()
-    u = re.sub(r"^(business|working|calendar) ", "", u)
-    u = u[:-1] if u.endswith("s") and u not in ("gbps", "mbps") else u
+    u = re.sub(r"^(business|working|calendar|banking) ", "", unit.lower().strip())
+    u = {"mins": "minute", "min": "minute", "hrs": "hour", "hr": "hour"}.get(u, u)
+    u = u[:-1] if u.endswith("s") and u not in ("gbps", "mbps", "pence") else u
     return _UNIT_KIND.get(u, "number")
 
 
+@lru_cache(maxsize=4096)
 def words_to_digits(text: str) -> str:
-    """'five business days' -> '5 business days' (simple cardinals only; enough for KB prose)."""
-    def repl(m: re.Match[str]) -> str:
-        return str(_WORD_NUMS[m.group(0).lower()])
-    return re.sub(r"\b(" + "|".join(_WORD_NUMS) + r")\b", repl, text, flags=re.IGNORECASE)
+    """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
+    from text_to_num import alpha2digit
+
+    t = _MEASURE_RX.sub(lambda m: _MEASURES[m.group(1).lower()], text)
+    try:
+        return alpha2digit(t, "en")
+    except Exception:  # noqa: BLE001 - unparseable number words stay words
+        return t
+
+
+def _money_value(num: str, unit: str) -> str:
+    value = _canon(num)
+    if unit.lower() in ("p", "pence", "cent", "cents"):
+        return _canon(f"{float(value) / 100:.4f}")
+    return value
 
 
 def quantities(text: str) -> list[Quantity]:
-    """Numbers with their kind; dates as whole tokens; bare numbers as kind 'number'."""
+    """Numbers with their kind; dates and clock times as whole tokens; bare numbers as 'number'."""
     t = words_to_digits(text)
     found: list[Quantity] = []
     spans: list[tuple[int, int]] = []
-    for m in _DATE.finditer(t):
-        found.append(Quantity(m.group(0), "date"))
-        spans.append(m.span())
+    for rx, kind in ((_DATE, "date"), (_CLOCK, "clock")):
+        for m in rx.finditer(t):
+            if not any(s <= m.start() < e for s, e in spans):
+                found.append(Quantity(_clock(m) if kind == "clock" else m.group(0), kind))
+                spans.append(m.span())
     for m in _QUANTITY.finditer(t):
         if any(s <= m.start() < e for s, e in spans):
             continue
         if m.group("cur"):
             found.append(Quantity(_canon(m.group("amt")), "money"))
         else:
-            found.append(Quantity(_canon(m.group("num")), _unit_kind(m.group("unit"))))
+            kind = _unit_kind(m.group("unit"))
+            value = _money_value(m.group("num"), m.group("unit")) if kind == "money" else _canon(m.group("num"))
+            found.append(Quantity(value, kind))
         spans.append(m.span())
     for m in _BARE.finditer(t):
-        if any(s <= m.start() < e for s, e in spans):
-            continue
-        found.append(Quantity(_canon(m.group(0)), "number"))
+        if not any(s <= m.start() < e for s, e in spans):
+            found.append(Quantity(_canon(m.group(0)), "number"))
     return found
 
 
+def _clock(m: re.Match[str]) -> str:
+    if m.group(4):
+        return f"{int(m.group(4))}:{m.group(5)}"
+    hour = int(m.group(1)) % 12 + (12 if m.group(3).lower().startswith("p") else 0)
+    return f"{hour}:{m.group(2) or '00'}"
+
+
 def number_values(text: str) -> set[str]:
-    """Every number the text contains, as canonical strings (dates split into their parts too)."""
+    """Every number the text contains, as canonical strings (dates and times split into parts too)."""
     values: set[str] = set()
     for q in quantities(text):
         values.add(q.value)
-        if q.kind == "date":
-            values.update(p.lstrip("0") or "0" for p in q.value.split("-"))
+        if q.kind in ("date", "clock"):
+            values.update(p.lstrip("0") or "0" for p in re.split(r"[-:]", q.value))
     return values
 
 
@@ -100,9 +129,4 @@ def unsupported_numbers(message: str, sources: list[str]) -> list[str]:
     allowed: set[str] = set()
     for s in sources:
         allowed |= number_values(s)
-    missing = []
-    for q in quantities(message):
-        parts = [q.value] if q.kind != "date" else [q.value]
-        if not any(p in allowed for p in parts):
-            missing.append(str(q))
-    return missing
+    return [str(q) for q in quantities(message) if q.value not in allowed]

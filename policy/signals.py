@@ -4,17 +4,10 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable, Literal
+from typing import Iterable
 
 from .config import PolicyConfig
-
-FactKind = Literal["duration", "amount", "date", "clock", "procedure", "count", "any"]
-
-
-def normalize_text(text: str) -> str:
-    """Lower-case, unify quotes and whitespace: the form lexicon patterns are written against."""
-    t = text.replace("\u2019", "'").replace("\u2018", "'").lower()
-    return re.sub(r"\s+", " ", t).strip()
+from .language import normalize_text
 
 
 @lru_cache(maxsize=256)
@@ -144,122 +137,6 @@ def without_facet_phrases(text: str, vocab: dict[str, dict[str, list[str]]],
     for a, b in spans:
         chars[a:b] = " " * (b - a)
     return "".join(chars)
-
-
-_FACT_PATTERNS: list[tuple[FactKind, str]] = [
-    ("duration", r"\bhow (long|many (days|hours|weeks|months|minutes))\b|\bhow soon\b|\bwithin how\b"),
-    ("amount", r"\bhow much\b|\b(have|need|got) to pay\b|\bpay (extra|more|anything) for\b"
-               r"|\bwhat\b.*\b(price|cost|fee|charge|rate)s?\b|\bcost\b|\bprice\b|\bfee\b"
-               r"|[$€£]\s?\d|\b\d+(\.\d+)? ?(dollars?|cents?|euros?|pounds?)\b"),
-    # a time of day: "what time does the store shut", "how late is the line open", "opening hours"
-    ("clock", r"\bwhat time\b|\bhow (late|early)\b|\b(opening|closing) (time|hour)s?\b"),
-    ("date", r"\bwhen (is|are|will|do|does)\b.*\b(due|start|end|expire|renew|close|open)\b|\bwhat date\b|\bwhich day\b"),
-    ("count", r"\bhow many\b"),
-    ("procedure", r"\bhow (do|can|should|would) (i|we|you)\b|\bwhat (are the )?steps\b|\bhow to\b|\bwhere do i\b"),
-]
-
-_FACT_EVIDENCE: dict[FactKind, str] = {
-    # "5 to 10 business days", "24 hours", "within 14 days", "two weeks"
-    "duration": r"\b(\d+|one|two|three|four|five|six|seven|ten|fourteen|thirty)\s*(to\s*\d+\s*)?(-\s*\d+\s*)?"
-                r"(business |working |calendar )?(second|minute|hour|day|week|month|year)s?\b|\bimmediately\b|\binstantly\b|\bsame day\b|\bnext (business )?day\b",
-    "amount": r"[$€£¥]\s?\d|\b\d+(\.\d+)?\s?(dollars?|cents?|usd|eur|%|percent)\b|\bfree\b|\bno (charge|fee|cost)\b",
-    # a "when" is also answered relative to an event: "21 days after the bill date"
-    "date": r"\b\d+\s*(business |working |calendar )?(day|week|month)s? (after|before|from)\b|\bbill date\b|\b(19|20)\d\d-\d\d(-\d\d)?\b|\b(january|february|march|april|may|june|july|august|september|october|november|december)\b|"
-            r"\b(monday|tuesday|wednesday|thursday|friday|saturday|sunday)\b|\b\d+(st|nd|rd|th)\b|\bday of\b|\bbilling date\b",
-    "clock": r"\b\d{1,2}(:\d\d)?\s?(am|pm|a\.m\.|p\.m\.)|\b\d{1,2}:\d\d\b|\bnoon\b|\bmidnight\b|\b24 hours\b|\b24/7\b",
-    "count": r"\b\d+\b|\b(one|two|three|four|five|six|seven|eight|nine|ten|unlimited)\b",
-    "procedure": r"\b(go to|open|select|tap|press|dial|call|visit|log in|sign in|choose|enter|send|text|click|follow|hold|reply|fill|bring|sign|turn|restart|insert|scan)\b",
-}
-
-
-def fact_kind(question: str) -> FactKind:
-    """What kind of fact would settle the question (a duration, an amount, a date, steps)."""
-    t = normalize_text(question)
-    for kind, rx in _FACT_PATTERNS:
-        if re.search(rx, t):
-            # "How do I get my refund?" asks how the refund reaches the caller: a process the
-            # evidence describes ("refunds are paid to the original card"), not steps to follow.
-            if kind == "procedure" and re.search(r"\bhow (do|can|will|would) (i|we) (get|receive)\b", t):
-                return "any"
-            return kind
-    return "any"
-
-
-# Headings that say which kind of fact their section gives ("How to turn roaming on", "When the money
-# arrives", "Replacement SIM fee"): KB headings are often the question they answer.
-_HEADING_FORM: dict[FactKind, str] = {
-    # "How to …", "Steps …", or an action in -ing ("Turning …", "Requesting …"; not "Roaming …")
-    "procedure": r"^(how (to|do|can)|steps?)\b|^(turn|sett|putt|switch|gett|chang|add|activat|apply|pay|book|cancel+|"
-                 r"request|reset|install|find|mak|submitt|us|updat|topp|mov|transferr|register|open|clos|start|stopp|"
-                 r"block)ing\b",
-    "duration": r"\bhow long\b|\b(takes?|lasts?)\b|\bwhen .*\b(arrives?|ready|completes?|back|paid)\b",
-    "amount": r"\b(costs?|prices?|pricing|fees?|charges?|rates?|how much)\b",
-    "date": r"\bdates?\b|\bdue\b|\bdeadlines?\b",
-    "count": r"\bhow many\b|\blimits?\b|\bnumber of\b|\bmaximum\b|\ballowances?\b",
-    "clock": r"\bhours\b|\bopening\b|\btimes?\b",
-}
-
-
-def heading_fits(kind: FactKind, heading: str) -> bool:
-    rx = _HEADING_FORM.get(kind)
-    return rx is not None and re.search(rx, normalize_text(heading)) is not None
-
-
-def evidence_has_fact(kind: FactKind, text: str) -> bool:
-    if kind == "any":
-        return True
-    return re.search(_FACT_EVIDENCE[kind], normalize_text(text)) is not None
-
-
-_ACTION_LEAD = re.compile(
-    r"\b(?:how (?:do|can|could|would|should) (?:i|we)|can (?:i|we|you)|could (?:i|we|you)|"
-    r"(?:i|we) (?:want|need|would like|'d like) to|is it possible to|help me|how to)\s+(?:please\s+)?([a-z]+)")
-# Verbs too general to name what the caller wants done; the object carries the meaning there.
-GENERIC_VERBS = frozenset("get have make do be use see know find go keep ask tell pay check buy add set "
-                           "call talk speak put give take turn switch".split())
-
-
-def action_verb(question: str) -> str | None:
-    """The specific thing the caller wants to do ("cancel", "pause", "change"), as an index term.
-
-    A section that never mentions that action cannot tell the caller how to do it, however close its
-    topic (a renewal-rules page for "how do I cancel auto-renewal")."""
-    from kb.tokenize import content_terms
-
-    m = _ACTION_LEAD.search(normalize_text(question))
-    if not m or m.group(1) in GENERIC_VERBS:
-        return None
-    terms = content_terms(m.group(1))
-    return terms[0] if terms else None
-
-
-def explain_question(question: str) -> bool:
-    """'What does that mean?' or 'why is …': the caller describes what they see and asks what it
-    means. Only a section that speaks of all of it explains it ("flashing red" is not "flashes amber")."""
-    t = normalize_text(question)
-    return re.search(r"\bwhat (does|do|did) (that|this|it|they|[\w' -]{1,40}) mean\b|\bwhat(?:'s| is) (that|this) mean|"
-                     r"^(?:\W*\w+\W+){0,2}?why (is|are|does|do|did|has|have|won't|isn't|can't|doesn't)\b", t) is not None
-
-
-def yes_no_question(question: str) -> bool:
-    """'Does / is / can … ?' rather than 'how / what / when …'."""
-    t = normalize_text(question)
-    t = re.sub(r"^((hi|hello|ok|okay|so|um|uh|well|quick question)[,.!]?\s+)+", "", t)
-    return re.match(r"(does|do|is|are|can|could|will|would|has|have|did)\b", t) is not None
-
-
-_WH_PHRASE = re.compile(
-    r"\b(?:what|which)(?:'s|s| is| are)?\s+((?:[a-z0-9-]+\s*){0,4}?)"
-    r"(?=(?:do|does|did|can|could|should|would|will|is|are|was|were|i|we|you|my|to|for|on|in|of)\b|[?.!]|$)")
-
-
-def asked_terms(question: str) -> set[str]:
-    """The thing a what/which question asks for: 'what retention discount codes can I …' ->
-    {retention, discount, code}. The section that names it is the one to quote."""
-    from kb.tokenize import content_terms
-
-    m = _WH_PHRASE.search(normalize_text(question))
-    return set(content_terms(m.group(1))) if m else set()
 
 
 # Turns that are only social: a greeting, thanks, or goodbye. Searched as questions, "thanks"

@@ -1,0 +1,83 @@
+"""`run.py eval`: one KB's cases (`--kb --cases`, see policy.evaluate) or a whole corpus of domains
+(`--corpus DIR`), scored leave-one-domain-out, with the worst domain and a chart."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from policy.cases import CasesError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="run.py eval --corpus", description="Score every domain of a corpus, "
+                                "leave-one-domain-out.")
+    p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
+    p.add_argument("--sealed", help="folder of sealed domains: scored once, never trained on")
+    p.add_argument("--out", help="folder for the chart (corpus.png) and the per-domain JSON")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object (last line)")
+    p.add_argument("--no-baselines", action="store_true", help="skip the minimal/threshold baselines' costs")
+    p.add_argument("--no-refit", action="store_true",
+                   help="use the shipped scorer for every domain instead of refitting without it")
+    p.add_argument("--failures", action="store_true", help="list each domain's failing cases")
+    p.add_argument("--min-worst", type=float, default=None,
+                   help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
+    return p
+
+
+def _fitter(args: argparse.Namespace) -> Any:
+    if args.no_refit:
+        return None
+    from .train import fit_on_domains
+
+    return fit_on_domains
+
+
+def corpus_cli(argv: list[str]) -> int:
+    from .corpus import Engines, discover, format_corpus, leave_one_out, save_corpus_chart, worst
+
+    args = _parser().parse_args(argv)
+    try:
+        domains = discover(args.corpus)
+        if args.sealed:
+            domains += discover(args.sealed, sealed=True)
+        for d in domains:
+            _ = d.cases  # validate every cases file before loading any model
+    except CasesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    engines = Engines()
+    per = leave_one_out(domains, engines, _fitter(args), baselines=not args.no_baselines,
+                        progress=lambda name: print(f"scored {name}", file=sys.stderr, flush=True))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        save_corpus_chart(per, out / "corpus.png")
+        (out / "corpus.json").write_text(json.dumps(per, indent=1, default=str), encoding="utf-8")
+    if args.json:
+        print(json.dumps({"domains": per, "worst": worst(per)}, default=str))
+    else:
+        print(format_corpus(per))
+        if args.failures:
+            for name, m in per.items():
+                if m.get("sealed"):
+                    continue  # sealed domains are never read case by case
+                for cid, why in m["failures"].items():
+                    print(f"  {name}/{cid}: {'; '.join(why)}")
+        if args.out:
+            print(f"\nwrote {Path(args.out) / 'corpus.png'} and corpus.json")
+    open_ = {n: m for n, m in per.items() if not m.get("sealed")}
+    if args.min_worst is not None and open_ and worst(open_)[1] < args.min_worst:
+        print(f"error: worst domain {worst(open_)[0]} below {args.min_worst}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cli(argv: list[str]) -> int:
+    if "--corpus" in argv or any(a.startswith("--corpus=") for a in argv):
+        return corpus_cli(argv)
+    from policy.evaluate import cli as single_cli
+
+    return single_cli(argv)

@@ -1,0 +1,203 @@
+"""Fit the answerability scorer on gold cases across domains (`run.py train`).
+
+Each case turn is run through the real session; every current section it retrieved becomes one
+example, labelled from the case's expectation alone:
+- a turn that must be answered: the cited document's section holding the expected phrases is a
+  positive; every other current section is a negative (the wrong page, or the right page's wrong
+  section);
+- a turn that must be refused for lack of evidence (not a conflict, not a refused request): every
+  current section is a negative;
+- turns settled by other gates (transfers, clarifies, faults, conflicts) teach nothing here.
+Sealed domains are never passed in."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from policy.cases import Case, CasesError
+from policy.decision import Action
+from policy.features import FEATURES
+from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree
+
+_NOT_EVIDENCE_GATES = {"a_human", "b_disallowed", "c_approval", "c_high_risk", "asr", "small_talk", "context_only"}
+
+
+@dataclass
+class Example:
+    domain: str
+    case_id: str
+    row: dict[str, float]
+    label: int
+    turn: int = 0  # which caller turn of the case
+    lesson: str = ""  # "answer" or "refuse": what the turn teaches
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().replace("\u2019", "'").split())
+
+
+def _holds(hit: Any, phrases: list[str]) -> bool:
+    text = _norm(" ".join([hit.heading, *hit.units, hit.text]))
+    return all(_norm(p) in text for p in phrases)
+
+
+def _teaches(case: Case, expected: list[Action] | None, gate: str) -> str | None:
+    """'answer', 'refuse' or None: what this turn says about answerability."""
+    if case.faults or expected is None or gate in _NOT_EVIDENCE_GATES:
+        return None
+    if expected == [Action.answer]:
+        return "answer"
+    conflict = bool(case.expect.not_contains_any_alone) or "conflict" in case.bucket.lower()
+    if expected == [Action.refuse] and not conflict and "disallow" not in case.bucket.lower():
+        return "refuse"
+    return None
+
+
+def _label_turn(case: Case, lesson: str, graded: list[Any], final: bool) -> list[tuple[Any, int]]:
+    active = [g for g in graded if g.active]
+    if lesson == "refuse":
+        return [(g, 0) for g in active]
+    if not final:
+        return []  # cite_any and contains_all speak of the last turn
+    cited = set(case.expect.cite_any)
+    phrases = list(case.expect.contains_all)
+    good = [g for g in active if (not cited or g.doc_id in cited) and (not phrases or _holds(g.hit, phrases))]
+    if not phrases and cited:
+        good = good[:1]  # without phrases, the cited document's best-ranked section
+    if not good:
+        return []  # retrieval missed the answer: nothing to learn about answerability
+    # another page that states the same phrases answers too, though the case cites one: teach nothing
+    ambiguous = [g for g in active if g not in good and phrases and _holds(g.hit, phrases)]
+    return [(g, 1 if g in good else 0) for g in active if g not in ambiguous]
+
+
+def capture(engine: Any, cases: list[Case], domain: str) -> list[Example]:
+    """Run the cases (text path) and turn their retrieved sections into labelled examples."""
+    out: list[Example] = []
+    for case in cases:
+        session = engine.session(role=case.role(), facets=case.caller.all_facets())
+        expected = case.expected_per_turn()
+        turns = case.caller_turns
+        for i, text in enumerate(turns):
+            res = session.turn(text, faults=tuple(case.faults))
+            lesson = _teaches(case, expected[i], res.gate)
+            if lesson is None:
+                continue
+            for g, label in _label_turn(case, lesson, res.graded, i == len(turns) - 1):
+                out.append(Example(domain, case.id, dict(g.features), label, i, lesson))
+    return out
+
+
+def fit(examples: list[Example], *, trees: int = 150, depth: int = 3, rate: float = 0.05) -> Scorer:
+    """Gradient-boosted trees (scikit-learn) exported to the scorer's own format."""
+    import numpy as np
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    if len({e.label for e in examples}) < 2:
+        raise ValueError("need both answering and non-answering sections to fit the scorer")
+    x = np.array([[e.row[f] for f in FEATURES] for e in examples])
+    y = np.array([e.label for e in examples])
+    model = GradientBoostingClassifier(n_estimators=trees, max_depth=depth, learning_rate=rate, subsample=0.8,
+                                       min_samples_leaf=10, random_state=0).fit(x, y)
+    exported = [_tree(est[0].tree_) for est in model.estimators_]
+    raw0 = float(model.decision_function(x[:1])[0] - rate * sum(t.predict(list(x[0])) for t in exported))
+    domains = sorted({e.domain for e in examples})
+    digest = hashlib.sha256(json.dumps([domains, len(examples), trees, depth, rate]).encode()).hexdigest()[:8]
+    meta = {"domains": domains, "examples": len(examples), "positives": int(y.sum()), "trees": trees,
+            "depth": depth, "fitted_on_hash": f"scorer-{digest}"}
+    importance = [float(v) for v in model.feature_importances_]
+    return Scorer(FEATURES, [float(v) for v in x.mean(axis=0)], [float(v) for v in x.std(axis=0)], importance,
+                  raw0, meta, exported, rate)
+
+
+def _tree(t: Any) -> Tree:
+    leaf_value = [float(v) for v in t.value[:, 0, 0]]
+    return Tree([int(f) for f in t.feature], [float(v) for v in t.threshold], [int(v) for v in t.children_left],
+                [int(v) for v in t.children_right], leaf_value)
+
+
+class ExampleCache:
+    """Examples per domain, captured once per run (features do not depend on the scorer)."""
+
+    def __init__(self) -> None:
+        self._by_domain: dict[str, list[Example]] = {}
+
+    def get(self, domain: Any, engines: Any) -> list[Example]:
+        if domain.name not in self._by_domain:
+            self._by_domain[domain.name] = capture(engines.get(domain), list(domain.cases), domain.name)
+        return self._by_domain[domain.name]
+
+
+_CACHE = ExampleCache()
+
+
+def fit_on_domains(domains: list[Any], engines: Any) -> Scorer:
+    """The scorer for a held-out domain: fitted on these (never sealed) domains only, its answer
+    probability calibrated on each of them as if it were unseen (the others fitted without it)."""
+    if any(d.sealed for d in domains):
+        raise ValueError("sealed domains are never trained on")
+    by_domain = {d.name: _CACHE.get(d, engines) for d in domains}
+    scorer = fit([e for ex in by_domain.values() for e in ex])
+    if len(by_domain) > 2:
+        pairs = []
+        for name, held in by_domain.items():
+            inner = fit([e for n, ex in by_domain.items() if n != name for e in ex])
+            pairs += turn_tops(held, inner)
+        scorer.calibration = calibrate_turns(pairs)
+        scorer.meta["calibration_turns"] = len(pairs)
+    return scorer
+
+
+def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]]:
+    """Per turn, the best section's p and whether answering with it is right (an answer turn whose
+    best section is the answering one)."""
+    turns: dict[tuple[str, int], list[tuple[float, Example]]] = {}
+    for e in examples:
+        turns.setdefault((e.case_id, e.turn), []).append((scorer.probability(e.row), e))
+    out = []
+    for rows in turns.values():
+        p, top = max(rows, key=lambda r: r[0])
+        out.append((p, int(top.lesson == "answer" and top.label == 1)))
+    return out
+
+
+def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
+    import math
+
+    from sklearn.linear_model import LogisticRegression
+
+    if len({y for _, y in pairs}) < 2:
+        return (1.0, 0.0)
+    x = [[math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))] for p, _ in pairs]
+    model = LogisticRegression(C=10.0).fit(x, [y for _, y in pairs])
+    return (float(model.coef_[0][0]), float(model.intercept_[0]))
+
+
+def cli(argv: list[str]) -> int:
+    from .corpus import Engines, discover
+
+    p = argparse.ArgumentParser(prog="run.py train", description="Fit the answerability scorer on a corpus.")
+    p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
+    p.add_argument("--write", action="store_true", help=f"write the scorer to {DEFAULT_MODEL_FILE.name}")
+    p.add_argument("--out", help="write the scorer here instead")
+    args = p.parse_args(argv)
+    try:
+        domains = discover(args.corpus)
+    except CasesError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    scorer = fit_on_domains(domains, Engines())
+    print(f"fitted on {scorer.meta['examples']} sections ({scorer.meta['positives']} answering) "
+          f"from {', '.join(scorer.meta['domains'])}")
+    for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):
+        print(f"  {name:<14}{weight:.3f} importance")
+    target = Path(args.out) if args.out else (DEFAULT_MODEL_FILE if args.write else None)
+    if target:
+        target.write_text(json.dumps(scorer.to_json(), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {target}")
+    return 0

@@ -1,0 +1,78 @@
+"""Do current sources disagree on the asked fact? The section that would be spoken is compared with
+every current, permitted section of another document in the caller's scope that is about the same
+thing, whatever its rank or kind of page: a different figure of the asked kind in the sentence each
+would speak is a conflict. Only `supersedes` or facets that set them apart settle it; dates are
+already in each document's status."""
+from __future__ import annotations
+
+from typing import Callable
+
+from kb.tokenize import content_terms
+
+from .evidence import GradedHit, best_unit_order, best_units
+from .language import FactKind
+from .numbers import quantities
+
+SAME_FACT_SIMILARITY = 0.6  # cosine of two answer sentences about the same fact
+SAME_FACT_OVERLAP = 0.4  # without the dense model: share of the shorter sentence's words the other says too
+Similarity = Callable[[str, int, str, int], "float | None"]  # (locator, unit, locator, unit) -> cosine
+_KINDS = {"amount": {"money", "percent"}, "duration": {"time"}, "when": {"time", "date", "clock"},
+          "count": {"number", "data"}}
+
+
+def _supersedes(a: GradedHit, b: GradedHit) -> bool:
+    return b.doc_id in a.hit.supersedes or a.doc_id in b.hit.supersedes
+
+
+def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
+    fa, fb = a.hit.applies_to, b.hit.applies_to
+    return any(k in fb and fb[k] != v for k, v in fa.items())
+
+
+def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
+    """The figures, by quantity kind, in the sentence this section would speak as its answer."""
+    wanted = _KINDS.get(kind)
+    out: dict[str, set[str]] = {}
+    for unit in best_units(g, kind, limit=1):
+        for q in quantities(unit):
+            if (wanted is None and q.kind != "number") or (wanted is not None and q.kind in wanted):
+                out.setdefault(q.kind, set()).add(q.value)
+    return out
+
+
+def same_fact(a: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> bool:
+    """Whether the sentences two sections would speak are about the same thing: close in meaning
+    ("space for six bikes on every train" / "a maximum of 4 bikes on each train"); without the dense
+    model, sharing most of the shorter one's words, figures aside."""
+    ia, ib = best_unit_order(a, kind)[:1], best_unit_order(b, kind)[:1]
+    if not ia or not ib:
+        return False
+    if similarity is not None and (sim := similarity(a.hit.locator, ia[0], b.hit.locator, ib[0])) is not None:
+        return sim >= SAME_FACT_SIMILARITY
+    ta = {t for t in content_terms(a.hit.units[ia[0]]) if not t[:1].isdigit()}
+    tb = {t for t in content_terms(b.hit.units[ib[0]]) if not t[:1].isdigit()}
+    return bool(ta and tb) and len(ta & tb) / min(len(ta), len(tb)) >= SAME_FACT_OVERLAP
+
+
+def find_conflicts(best: GradedHit, others: list[GradedHit], kind: FactKind, likely_p: float,
+                   similarity: Similarity | None = None) -> list[tuple[GradedHit, GradedHit, str]]:
+    """Current sections of other documents that give a different figure for what the best section
+    would answer: each either likely to answer the question itself, or related to it and saying
+    the same thing as the best one with another figure."""
+    docs: dict[str, GradedHit] = {}
+    for g in others:
+        if g.active and g.doc_id != best.doc_id and g.doc_id not in docs:
+            docs[g.doc_id] = g
+    pairs = []
+    fa = stated_figures(best, kind)
+    for b in docs.values():
+        if _supersedes(best, b) or _facet_disjoint(best, b) or not (b.p >= likely_p or same_fact(best, b, kind, similarity)):
+            continue
+        fb = stated_figures(b, kind)
+        for qkind in sorted(set(fa) & set(fb)):
+            if fa[qkind].isdisjoint(fb[qkind]):
+                desc = (f"{best.hit.title} ({best.doc_id}) says {', '.join(sorted(fa[qkind]))} and "
+                        f"{b.hit.title} ({b.doc_id}) says {', '.join(sorted(fb[qkind]))} ({qkind})")
+                pairs.append((best, b, desc))
+                break
+    return pairs

@@ -1,0 +1,95 @@
+"""What the policy knows of English, in one place: the text form lexicons are matched against, what
+kind of fact a question asks for, whether a text holds that kind of fact, and how specific a word
+is. Everything here is general language knowledge, never a domain's words."""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from typing import Literal
+
+from .numbers import quantities
+
+FactKind = Literal["amount", "duration", "when", "count", "any"]
+
+# What a question asks for, read from its question words. First match wins; anything else is "any"
+# (a which/where/how-do-I/yes-no question, answered by whatever the best sentence says).
+_KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
+    ("duration", re.compile(r"\bhow (long|soon|quickly|many (days|hours|weeks|months|minutes|years)|much (notice|time|"
+                            r"longer|warning))\b")),
+    ("amount", re.compile(r"\bhow much\b|\b(cost|price|fee|charge|rate)s?\b")),
+    # "when does it arrive", not "when I'm away, which should I choose"
+    ("when", re.compile(r"(^|[,;] )when\b(?! (i|i'm|we|we're|you|you're|it's|my|the)\b)|\bwhen (is|are|was|will|would|do|does"
+                        r"|did|can|should|'s)\b|\bwhat (time|date|day)\b|\bhow (late|early)\b|\bby when\b")),
+    ("count", re.compile(r"\bhow many\b")),
+]
+# Words that state a fact of a kind without a figure ("free", "immediately", "same day").
+_KIND_WORDS: dict[str, frozenset[str]] = {
+    "amount": frozenset("free".split()),
+    "duration": frozenset("immediately instantly straight away same next day overnight".split()),
+    "when": frozenset("immediately instantly straight away same next day overnight monday tuesday wednesday "
+                      "thursday friday saturday sunday midnight noon weekday weekdays weekend".split()),
+    "count": frozenset("unlimited".split()),
+}
+_KIND_QUANTITIES: dict[str, frozenset[str]] = {
+    "amount": frozenset({"money", "percent"}), "duration": frozenset({"time"}),
+    "when": frozenset({"time", "date", "clock"}), "count": frozenset({"number", "data", "time"}),
+}
+
+
+def normalize_text(text: str) -> str:
+    """Lower-case, unify quotes and whitespace, drop the sentence's closing punctuation: the form
+    lexicons are matched against. "?" and "." must never decide an action (ASR adds either)."""
+    t = text.replace("\u2019", "'").replace("\u2018", "'").lower()
+    t = re.sub(r"\s+", " ", t).strip()
+    return t.rstrip("?.! ").strip()
+
+
+def fact_kind(question: str) -> FactKind:
+    t = normalize_text(question)
+    for kind, rx in _KIND_OF_QUESTION:
+        if rx.search(t):
+            return kind
+    return "any"
+
+
+@lru_cache(maxsize=20000)
+def holds_kind(kind: FactKind, text: str) -> bool:
+    """Whether a sentence states a fact of the asked kind: a figure of a fitting unit, or a word
+    that states it ("free", "immediately"). Every sentence fits a question of kind "any"."""
+    if kind == "any":
+        return True
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    if words & _KIND_WORDS[kind]:
+        return True
+    return any(q.kind in _KIND_QUANTITIES[kind] for q in quantities(text))
+
+
+@lru_cache(maxsize=50000)
+def specificity(word: str) -> float:
+    """How much a word names a subject rather than frames a sentence, from its frequency in general
+    English (wordfreq): "take", "long", "much" are near 0.2; "voicemail", "prepayment" are 1."""
+    from wordfreq import zipf_frequency
+
+    z = zipf_frequency(word, "en")
+    return min(1.0, max(0.15, (7.0 - z) / 3.5))
+
+
+_ASKING = re.compile(r"^(?:(?:so|and|but|ok|okay|right|well|oh|um|uh|also|then|actually|sorry)\W+)*"
+                     r"(how|what|what's|whats|when|where|why|which|who|whose|can|could|do|does|did|is|are|"
+                     r"will|would|should|am|may|have|has)\b")
+
+
+def asks_question(text: str) -> bool:
+    """Whether some clause of the turn asks something by its words (never by a "?", which ASR may
+    or may not write): a question word or an inverted verb opens it."""
+    return any(_ASKING.search(c.strip()) for c in re.split(r"[,.;!?]+", normalize_text(text)) if c.strip())
+
+
+def question_focus(text: str) -> str | None:
+    """The clause that asks, when the turn says more than its question ("my new card came this
+    morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
+    clauses = [c.strip() for c in re.split(r"[,.;!?]+", normalize_text(text)) if c.strip()]
+    asking = [c for c in clauses if _ASKING.search(c)]
+    if len(clauses) < 2 or not asking or len(asking[-1].split()) < 3:
+        return None
+    return asking[-1]
