@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import json
 import sys
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class Example:
     label: int
     turn: int = 0  # which caller turn of the case
     lesson: str = ""  # "answer" or "refuse": what the turn teaches
+    doc_id: str = ""
 
 
 def _norm(text: str) -> str:
@@ -89,7 +91,7 @@ def capture(engine: Any, cases: list[Case], domain: str) -> list[Example]:
             if lesson is None:
                 continue
             for g, label in _label_turn(case, lesson, res.graded, i == len(turns) - 1):
-                out.append(Example(domain, case.id, dict(g.features), label, i, lesson))
+                out.append(Example(domain, case.id, dict(g.features), label, i, lesson, g.doc_id))
     return out
 
 
@@ -154,21 +156,25 @@ def fit_on_domains(domains: list[Any], engines: Any) -> Scorer:
 
 
 def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]]:
-    """Per turn, the best section's p and whether answering with it is right (an answer turn whose
-    best section is the answering one)."""
+    """Per turn, the probability that the most likely document answers (noisy-or over its
+    sections, as the gates compute it) and whether answering from it is right (an answer turn
+    whose answering section is in that document)."""
     turns: dict[tuple[str, int], list[tuple[float, Example]]] = {}
     for e in examples:
         turns.setdefault((e.case_id, e.turn), []).append((scorer.probability(e.row), e))
     out = []
     for rows in turns.values():
-        p, top = max(rows, key=lambda r: r[0])
-        out.append((p, int(top.lesson == "answer" and top.label == 1)))
+        by_doc: dict[str, list[tuple[float, Example]]] = {}
+        for p, e in rows:
+            by_doc.setdefault(e.doc_id, []).append((p, e))
+        doc_p = {d: 1.0 - math.prod(1.0 - p for p, _ in rs) for d, rs in by_doc.items()}
+        doc = max(doc_p, key=lambda d: doc_p[d])
+        right = any(e.lesson == "answer" and e.label == 1 for _, e in by_doc[doc])
+        out.append((doc_p[doc], int(right)))
     return out
 
 
 def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
-    import math
-
     from sklearn.linear_model import LogisticRegression
 
     if len({y for _, y in pairs}) < 2:

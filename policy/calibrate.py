@@ -1,10 +1,13 @@
-"""`run.py calibrate`: fit the policy's evidence thresholds for one KB on its gold cases.
+"""`run.py calibrate`: fit the policy's thresholds for one KB on its gold cases.
 
-Cases are split (stratified by bucket, seeded) into dev and test. A modest grid over the evidence
-thresholds is scored on dev by the eval's cost score (ties: fewer unsafe answers, then the current
-setting); both splits are reported before and after, so an overfit shows up on test. Retrieval does
-not depend on the thresholds, so each distinct search is run once and cached for the whole sweep.
-With `--write` the chosen thresholds go to `<kb>/_policy.yaml`, which `Engine.load` merges last."""
+Cases are split (stratified by bucket, seeded) into dev and test. A modest grid over the thresholds
+the scorer's probability is compared with (what is related, which sections are compared for
+conflicts, which decide a facet) is scored on dev by the eval's cost score (ties: fewer unsafe
+answers, then the current setting); both splits are reported before and after, so an overfit shows
+up on test. Retrieval does not depend on the thresholds, so each distinct search is run once and
+cached for the whole sweep. With `--write` the chosen thresholds go to `<kb>/_policy.yaml`, which
+`Engine.load` merges last, but only when they are no less safe on the held-out test split: neither
+more unsafe answers nor a higher cost there (`--force` writes anyway, saying so)."""
 from __future__ import annotations
 
 import argparse
@@ -28,13 +31,13 @@ from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
 from .evaluate import _one_line, evaluate
 from kb.loader import kb_dir_error
 
-# Candidate values around the shipped defaults: 3^5 = 243 settings, a couple of minutes on 2 cores.
+# Candidate values around the shipped defaults: 3^4 = 81 settings, a minute on 2 cores. The answer
+# threshold is not here: it follows from the costs.
 GRID: dict[str, list[float]] = {
-    "min_dense": [0.25, 0.30, 0.35],
-    "min_coverage": [0.25, 0.34, 0.45],
-    "answer_dense": [0.40, 0.45, 0.50],
-    "answer_coverage": [0.50, 0.60, 0.70],
-    "strong_dense": [0.55, 0.62, 0.70],
+    "related_p": [0.25, 0.35, 0.45],
+    "conflict_p": [0.40, 0.50, 0.60],
+    "facet_margin": [0.20, 0.30, 0.40],
+    "facet_floor": [0.25, 0.35, 0.45],
 }
 REPORT_KEYS = ("cost", "unsafe_answers", "action_accuracy", "case_pass_rate", "over_abstain_rate")
 
@@ -91,14 +94,13 @@ class CachingRetriever:
 
 
 def grid_configs(base: PolicyConfig, grid: dict[str, list[float]] = GRID) -> list[PolicyConfig]:
-    """The current setting first, then every consistent combination of the grid (an answer needs
-    at least the relevance floor; a 'strong' cosine is at least the answering one)."""
+    """The current setting first, then every consistent combination of the grid (a section compared
+    for conflicts is at least related to the question)."""
     out = [base]
     keys = list(grid)
     for values in itertools.product(*(grid[k] for k in keys)):
         t = dict(zip(keys, values))
-        if t["answer_dense"] < t["min_dense"] or t["answer_coverage"] < t["min_coverage"] \
-                or t["strong_dense"] < t["answer_dense"]:
+        if "conflict_p" in t and "related_p" in t and t["conflict_p"] < t["related_p"]:
             continue
         out.append(base.with_thresholds(**t))
     return out
@@ -162,6 +164,20 @@ def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: fl
     }
 
 
+class LessSafe(ValueError):
+    """The fitted setting does worse than the current one on the held-out split."""
+
+
+def safer_or_equal(report: dict[str, Any]) -> str | None:
+    """Why writing the fitted setting would make the KB less safe (None when it would not)."""
+    before, after = report["before"]["test"], report["after"]["test"]
+    if (after["unsafe_answers"] or 0) > (before["unsafe_answers"] or 0):
+        return f"unsafe answers on the test split would rise {before['unsafe_answers']} -> {after['unsafe_answers']}"
+    if (after["cost"] or 0.0) > (before["cost"] or 0.0) + 1e-9:
+        return f"cost on the test split would rise {before['cost']} -> {after['cost']}"
+    return None
+
+
 def write_override(kb_dir: Path, report: dict[str, Any]) -> Path:
     """Write (or update) `<kb>/_policy.yaml`: its thresholds section replaced, other keys kept."""
     path = kb_dir / KB_OVERRIDE_NAME
@@ -208,7 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cases", required=True, help="cases file (YAML or JSONL)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dev-fraction", type=float, default=0.5)
-    p.add_argument("--write", action="store_true", help=f"write the thresholds to <kb>/{KB_OVERRIDE_NAME}")
+    p.add_argument("--write", action="store_true", help=f"write the thresholds to <kb>/{KB_OVERRIDE_NAME} "
+                                                       "(refused when the test split gets less safe)")
+    p.add_argument("--force", action="store_true", help="with --write: write even when less safe on test")
     p.add_argument("--policy-file", help="policy YAML merged over the default")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object (last line)")
     return p
@@ -231,6 +249,11 @@ def cli(argv: list[str]) -> int:
         check_kb_loaded(engine, kb)
         report = calibrate(engine, cases, seed=args.seed, dev_fraction=args.dev_fraction, progress=not args.json and sys.stderr.isatty())
         if args.write:
+            worse = safer_or_equal(report)
+            if worse and not args.force:
+                raise LessSafe(f"not written: {worse} (use --force to write anyway)")
+            if worse:
+                print(f"warning: writing although {worse} (--force)", file=sys.stderr)
             report["written"] = str(write_override(kb, report))
         if args.json:
             print(json.dumps(report))
@@ -239,6 +262,9 @@ def cli(argv: list[str]) -> int:
             if args.write:
                 print(f"\nwrote {report['written']}")
         return 0
+    except LessSafe as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except (CasesError, PolicyConfigError, ValueError) as exc:
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -77,6 +77,7 @@ def cli(argv: list[str]) -> int:
     except UnknownRole as exc:
         return fail(str(exc))
     session.pending_question = state.get("pending_question")
+    session.pending_facets = list(state.get("pending_facets") or [])
     session.transcript = state.get("transcript", [])
     out = session.turn(args.question, faults=args.fault)
     d = out.decision
@@ -90,7 +91,8 @@ def cli(argv: list[str]) -> int:
     if args.session:
         Path(args.session).write_text(json.dumps({
             "session_id": session.session_id, "role": session.role, "facets": session.facets,
-            "pending_question": session.pending_question, "transcript": session.transcript}, indent=2))
+            "pending_question": session.pending_question, "pending_facets": session.pending_facets,
+            "transcript": session.transcript}, indent=2))
     return 0
 
 

@@ -18,6 +18,7 @@ class Thresholds(BaseModel):
     related_p: float = 0.35  # below this probability of answering, a section is not about the question
     conflict_p: float = 0.5  # sections at least this likely to answer are compared for conflicting figures
     facet_margin: float = 0.3  # likely answers within this of the best decide whether a facet matters
+    facet_floor: float = 0.35  # ... if at least this likely
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
     risk_min_dense: float = 0.40  # a high-risk section must be at least this close to route a transfer
     competitor_margin: float = 0.10  # how far ahead the closest high-risk section must stand

@@ -250,7 +250,8 @@ class Session:
         left = len(content_terms(without_facet_phrases(text, vocab, idioms)))
         asks = asks_question(text)
         if self.pending_question:
-            if any(k in new for k in self.pending_facets) and (not asks or left <= 3):
+            answered = any(k in new for k in self.pending_facets) if self.pending_facets else bool(new)
+            if answered and (not asks or left <= 3):
                 return self.pending_question, {}  # "it's for the business": the clarify's answer
             if not new and not asks:  # an answer we could not read: ask once more, then hand over
                 self.clarify_retries += 1

@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kb.models import EffectiveStatus, Hit, RetrievalResult
+from kb.tokenize import content_terms
 
 from .features import QuestionTerms, coverage, feature_rows
 from .language import FactKind, holds_kind
 from .scorer import Scorer
+
+
+UNIT_WORD_WEIGHT = 0.3  # in choosing the sentence to speak, saying the question's own words counts this much
 
 
 @dataclass
@@ -18,6 +22,7 @@ class GradedHit:
     features: dict[str, float] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # the caller's words it does not say, heaviest first
     why: list[str] = field(default_factory=list)  # the features that moved p most
+    unit_words: list[float] = field(default_factory=list)  # per unit, the weighted share of the question it says
 
     @property
     def active(self) -> bool:
@@ -50,9 +55,15 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     for hit, row in zip(result.hits, rows):
         p = _lexical_only_p(row) if result.lexical_only else scorer.probability(row)
         why = [] if result.lexical_only else scorer.explain(row)
-        graded.append(GradedHit(hit, p, row, _missing_words(hit, q), why))
+        graded.append(GradedHit(hit, p, row, _missing_words(hit, q), why, [unit_share(u, q) for u in hit.units]))
     graded.sort(key=lambda g: -g.p)
     return graded
+
+
+def unit_share(unit: str, q: QuestionTerms) -> float:
+    total = sum(q.weights.values())
+    said = set(content_terms(unit))
+    return sum(w for t, w in q.weights.items() if t in said) / total if total else 0.0
 
 
 def _missing_words(hit: Hit, q: QuestionTerms) -> list[str]:
@@ -65,7 +76,9 @@ def best_unit_order(g: GradedHit, kind: FactKind) -> list[int]:
     units, scores = g.hit.units, g.hit.unit_scores
     if not scores:
         return list(range(len(units)))
-    return sorted(range(len(units)), key=lambda i: -(scores[i] + (0.05 if holds_kind(kind, units[i]) else 0.0)))
+    words = g.unit_words or [0.0] * len(units)
+    return sorted(range(len(units)),
+                  key=lambda i: -(scores[i] + 0.05 * holds_kind(kind, units[i]) + UNIT_WORD_WEIGHT * words[i]))
 
 
 def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60) -> list[str]:
@@ -85,3 +98,36 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60
             chosen.append(i)
             words += len(units[i].split())
     return [units[i] for i in sorted(chosen)]
+
+
+def document_p(graded: list[GradedHit], doc_id: str) -> float:
+    """The probability that some section of a document answers (noisy-or over its sections): a
+    page whose sections each partly fit ("Ways to pay": by phone, cards we accept, when it shows)
+    answers although no single section stands out."""
+    miss = 1.0
+    for g in graded:
+        if g.doc_id == doc_id:
+            miss *= 1.0 - g.p
+    return 1.0 - miss
+
+
+def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, float] | None:
+    """The document most likely to answer, and in it the section holding the sentence to speak
+    (the closest sentence in meaning that says the question's words and the asked kind of fact).
+    Returns (section, the document's probability)."""
+    if not graded:
+        return None
+    docs = {g.doc_id for g in graded}
+    doc = max(docs, key=lambda d: (document_p(graded, d), max(g.p for g in graded if g.doc_id == d)))
+    sections = [g for g in graded if g.doc_id == doc]
+
+    def sentence_fit(g: GradedHit) -> float:
+        order = best_unit_order(g, kind)
+        if not order or not g.hit.unit_scores:
+            return g.p
+        i = order[0]
+        words = g.unit_words[i] if g.unit_words else 0.0
+        return g.hit.unit_scores[i] + 0.05 * holds_kind(kind, g.hit.units[i]) + UNIT_WORD_WEIGHT * words
+
+    best = max(sections, key=lambda g: (round(sentence_fit(g), 3), g.p))
+    return best, document_p(graded, doc)

@@ -71,10 +71,16 @@ def _best_units(hit: Hit, n: int = 3) -> list[str]:
     return [hit.units[i] for i in order[:n]]
 
 
+def _versions_of_one(a: Hit, b: Hit) -> bool:
+    """Two versions of one document (one supersedes the other): they say the same, never compete."""
+    return a.doc_id in b.supersedes or b.doc_id in a.supersedes
+
+
 def hit_features(hit: Hit, hits: list[Hit], q: QuestionTerms, kind: FactKind) -> dict[str, float]:
     cov, exact, miss_max, _ = coverage(hit, q)
     dense = hit.dense_score or 0.0
     unit_max = max(hit.unit_scores, default=dense)
+    hits = [h for h in hits if not _versions_of_one(h, hit)]
     others = [h for h in hits if h.doc_id != hit.doc_id]
     best_other = max((h.dense_score or 0.0 for h in others), default=0.0)
     best_other_unit = max((max(h.unit_scores, default=h.dense_score or 0.0) for h in others), default=0.0)
@@ -87,7 +93,8 @@ def hit_features(hit: Hit, hits: list[Hit], q: QuestionTerms, kind: FactKind) ->
         "unit_margin": max(-0.5, min(0.5, unit_max - best_other_unit)),
         "kind_missing": 0.0 if any(holds_kind(kind, u) for u in units) else 1.0,
         "kind_top": 1.0 if units and holds_kind(kind, units[0]) and kind != "any" else 0.0,
-        "lex": max(hit.lexical_score, 0.0) / top_lex, "rank": 1.0 / hit.fused_rank,
+        "lex": max(hit.lexical_score, 0.0) / top_lex,
+        "rank": 1.0 / (1 + sum(h.fused_rank < hit.fused_rank for h in hits)),
         "align": alignment(hit, q),
         "focus": max(hit.focus_scores, default=unit_max),
         "unit_cov": unit_coverage(hit, q, units[:1]),

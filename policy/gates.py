@@ -17,7 +17,7 @@ from kb.models import RISK_ORDER, EffectiveStatus, Hit, RetrievalResult
 from .config import PolicyConfig
 from .conflicts import Similarity, find_conflicts
 from .decision import Action, Reason
-from .evidence import GradedHit, grade
+from .evidence import GradedHit, best_answer, grade
 from .language import fact_kind
 from .scorer import Scorer, answer_threshold
 from .signals import approval_action, disallowed_request, human_requested
@@ -91,11 +91,12 @@ def risky_sections(active: list[GradedHit], cfg: PolicyConfig) -> list[GradedHit
     if out or any(g.p >= th.related_p for g in active):
         return out
     by_topic = sorted(active, key=lambda g: -g.topic)
-    if by_topic and _high(by_topic[0]) and by_topic[0].topic >= th.risk_min_dense:
-        runner_up = next((g.topic for g in by_topic[1:] if not _high(g)), 0.0)
-        if by_topic[0].topic - runner_up >= th.competitor_margin / 2:
-            out.append(by_topic[0])
-    out += [g for g in by_topic[:3] if g.hit.risk == "critical" and g.topic >= th.risk_min_dense]
+    safest = next((g.topic for g in by_topic if not _high(g)), 0.0)  # the closest section of no risk
+    if by_topic and _high(by_topic[0]) and by_topic[0].topic >= th.risk_min_dense \
+            and by_topic[0].topic - safest >= th.competitor_margin / 2:
+        out.append(by_topic[0])
+    # an emergency goes to a person when its page is as close as any other
+    out += [g for g in by_topic[:3] if g.hit.risk == "critical" and g.topic >= max(th.risk_min_dense, safest)]
     return list({g.hit.locator: g for g in out}.values())
 
 
@@ -199,34 +200,37 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
                                 cfg.costs.refuse_or_transfer_instead_of_answer)
     signals["answer_p"] = round(answer_p, 3)
     active = [g for g in graded if g.active]
-    best = active[0] if active else None
-    signals["best"] = {"locator": best.hit.locator, "p": round(best.p, 3), "why": best.why} if best else None
+    kind = signals["fact_kind"]
+    chosen = best_answer(active, kind)  # type: ignore[arg-type]
+    best, doc_p = chosen if chosen else (None, 0.0)
+    signals["best"] = {"locator": best.hit.locator, "p": round(best.p, 3), "document_p": round(doc_p, 3),
+                       "why": best.why} if best else None
+    # The likely answers depend on who the caller is (h, asked early: a question put in general
+    # words, "how much notice do you need", fits each facet's page only loosely): ask for it.
+    near = [g for g in active[:3] if g.p >= th.facet_floor and g.p >= active[0].p - th.facet_margin]
+    if near and (missing := missing_facets(near, facts, cfg)):
+        return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
+                   evidence=near, evidence_status="partial")
     # e. Nothing retrieved is about the question.
     if not graded or graded[0].p < th.related_p:
         reason = Reason.low_retrieval_score if graded else Reason.no_relevant_evidence
         return out(Action.refuse, [reason], "e_no_evidence")
     # f. What answers is outdated or not yet in force, and nothing current does.
     old = graded[0]
-    if not old.active and (best is None or scorer.answer_probability(best.p) < answer_p):
+    if not old.active and (best is None or scorer.answer_probability(doc_p) < answer_p):
         reason = Reason.deprecated_only if old.hit.status == EffectiveStatus.deprecated else Reason.draft_only
         return out(Action.refuse, [reason], "f_version", evidence=[old], evidence_status="background")
     assert best is not None
     # g. Current sources disagree on the asked fact: expose it, never pick a side.
-    likely = [g for g in active if g.p >= th.conflict_p]
-    kind = signals["fact_kind"]
-    if pairs := find_conflicts(best, active[1:], kind, th.conflict_p, facts.unit_similarity):  # type: ignore[arg-type]
+    others = [g for g in active if g is not best]
+    if pairs := find_conflicts(best, others, kind, th.conflict_p, facts.unit_similarity):  # type: ignore[arg-type]
         a, b = pairs[0][0], pairs[0][1]
         high = RISK_ORDER[_risk_of([a, b])] >= RISK_ORDER["high"]
         return out(Action.transfer if high else Action.refuse, [Reason.conflicting_sources], "g_conflict",
                    evidence=[a, b], conflicts=[p[2] for p in pairs], evidence_status="conflicting",
                    team=_team([a, b], cfg))
-    # h. The likely answers depend on who the caller is: ask, naming the options.
-    cands = [g for g in likely if g.p >= best.p - th.facet_margin] or [best]
-    if missing := missing_facets(cands, facts, cfg):
-        return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
-                   evidence=cands[:3], evidence_status="partial")
     # i. Something is about the question but no section answers it: say what is missing.
-    confidence = scorer.answer_probability(best.p)
+    confidence = scorer.answer_probability(doc_p)
     signals["answer_probability"] = round(confidence, 3)
     if confidence < answer_p:
         signals["missing_terms"] = best.missing

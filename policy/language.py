@@ -25,8 +25,8 @@ _KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
 # Words that state a fact of a kind without a figure ("free", "immediately", "same day").
 _KIND_WORDS: dict[str, frozenset[str]] = {
     "amount": frozenset("free".split()),
-    "duration": frozenset("immediately instantly straight away same next day overnight".split()),
-    "when": frozenset("immediately instantly straight away same next day overnight monday tuesday wednesday "
+    "duration": frozenset("immediately instantly straight away same next day overnight until".split()),
+    "when": frozenset("immediately instantly straight away same next day overnight until monday tuesday wednesday "
                       "thursday friday saturday sunday midnight noon weekday weekdays weekend".split()),
     "count": frozenset("unlimited".split()),
 }

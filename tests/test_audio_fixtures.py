@@ -19,7 +19,8 @@ def manifest() -> dict:
 
 @pytest.fixture(scope="module")
 def cases() -> dict[str, dict]:
-    return {c["id"]: c for c in yaml.safe_load((ROOT / "fixtures" / "cases.yaml").read_text())}
+    data = yaml.safe_load((ROOT / "fixtures" / "cases.yaml").read_text())
+    return {c["id"]: c for c in (data["cases"] if isinstance(data, dict) else data)}
 
 
 def _read(path: Path) -> tuple[np.ndarray, int]:

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from kb.models import RetrievalUnavailable
-from policy.calibrate import GRID, CachingRetriever, calibrate, grid_configs, split_cases, write_override
+from policy.calibrate import (GRID, CachingRetriever, calibrate, grid_configs, safer_or_equal, split_cases,
+                              write_override)
 from policy.cases import Case, load_cases
 from policy.config import load_policy_config
 
@@ -47,12 +48,20 @@ def test_grid_starts_with_current_and_keeps_thresholds_consistent():
     assert 1 < len(configs) <= 1 + 3 ** len(GRID)
     for cfg in configs[1:]:
         t = cfg.thresholds
-        assert t.answer_dense >= t.min_dense and t.answer_coverage >= t.min_coverage
-        assert t.strong_dense >= t.answer_dense
+        assert t.conflict_p >= t.related_p
         assert cfg.costs == base.costs and cfg.lexicons == base.lexicons
-    tiny = grid_configs(base, {"min_dense": [0.2], "min_coverage": [0.3], "answer_dense": [0.1],
-                               "answer_coverage": [0.5], "strong_dense": [0.7]})
-    assert len(tiny) == 1  # answer_dense below min_dense is skipped
+    tiny = grid_configs(base, {"related_p": [0.5], "conflict_p": [0.4]})
+    assert len(tiny) == 1  # a conflict floor below the relatedness floor is skipped
+
+
+@pytest.mark.unit
+def test_write_is_refused_when_the_test_split_gets_less_safe():
+    def report(unsafe_before, unsafe_after, cost_before, cost_after):
+        return {"before": {"test": {"unsafe_answers": unsafe_before, "cost": cost_before}},
+                "after": {"test": {"unsafe_answers": unsafe_after, "cost": cost_after}}}
+    assert safer_or_equal(report(0, 0, 0.5, 0.4)) is None
+    assert "unsafe answers on the test split would rise 0 -> 1" in safer_or_equal(report(0, 1, 0.5, 0.1))
+    assert "cost on the test split would rise 0.5 -> 0.6" in safer_or_equal(report(1, 1, 0.5, 0.6))
 
 
 class CountingRetriever:
@@ -86,18 +95,18 @@ def test_caching_retriever_reuses_results_and_failures():
 def test_write_override_keeps_other_keys(tmp_path):
     (tmp_path / "_policy.yaml").write_text("retrieval: {k: 6}\nthresholds: {max_clarify_facets: 1}\n")
     report = {"seed": 0, "dev_cases": 5, "test_cases": 6,
-              "before": {"thresholds": {"min_dense": 0.3}, "dev": {"cost": 1.0, "unsafe_answers": 2},
+              "before": {"thresholds": {"related_p": 0.3}, "dev": {"cost": 1.0, "unsafe_answers": 2},
                          "test": {"cost": 1.2, "unsafe_answers": 1}},
-              "after": {"thresholds": {"min_dense": 0.35}, "dev": {"cost": 0.5, "unsafe_answers": 0},
+              "after": {"thresholds": {"related_p": 0.35}, "dev": {"cost": 0.5, "unsafe_answers": 0},
                         "test": {"cost": 0.9, "unsafe_answers": 1}}}
     path = write_override(tmp_path, report)
     text = path.read_text()
     assert text.startswith("# Written by `run.py calibrate` on ")
     assert "dev 5 cases, test 6 cases" in text and "dev cost 1.0 -> 0.5" in text
     data = yaml.safe_load(text)
-    assert data == {"retrieval": {"k": 6}, "thresholds": {"max_clarify_facets": 1, "min_dense": 0.35}}
+    assert data == {"retrieval": {"k": 6}, "thresholds": {"max_clarify_facets": 1, "related_p": 0.35}}
     cfg = load_policy_config(kb_dir=tmp_path)  # the engine's loader accepts what we wrote
-    assert cfg.thresholds.min_dense == 0.35 and cfg.k == 6
+    assert cfg.thresholds.related_p == 0.35 and cfg.k == 6
 
 
 @pytest.mark.slow
@@ -106,20 +115,19 @@ def test_calibrate_sweeps_fixture_with_cached_retrieval(tmp_path):
 
     cases = load_cases(CASES)[:60]
     engine = Engine.load(KB, state_dir=tmp_path)
-    grid = {"min_dense": [0.30, 0.9], "min_coverage": [0.34], "answer_dense": [0.45, 0.95],
-            "answer_coverage": [0.60], "strong_dense": [0.62, 0.97]}
+    grid = {"related_p": [0.35, 0.99], "conflict_p": [0.5, 0.995], "facet_margin": [0.3]}
     report = calibrate(engine, cases, seed=1, grid=grid)
     assert report["dev_cases"] + report["test_cases"] == 60
-    assert report["settings_tried"] == 1 + 4  # current + consistent combinations
-    assert report["before"]["thresholds"]["min_dense"] == engine.config.thresholds.min_dense
+    assert report["settings_tried"] == 1 + 3  # current + consistent combinations
+    assert report["before"]["thresholds"]["related_p"] == engine.config.thresholds.related_p
     # Every setting searched for every turn (dev 5x, test before + after), but each distinct search
     # reached the real retriever once.
     dev, test = split_cases(cases, 0.5, seed=1)
     turns = lambda cs: sum(len(c.caller_turns) for c in cs)  # noqa: E731
     rc = report["retrieval_cache"]
-    assert rc["searches"] + rc["reused"] == 5 * turns(dev) + 2 * turns(test)
+    assert rc["searches"] + rc["reused"] == 4 * turns(dev) + 2 * turns(test)
     assert rc["searches"] <= turns(dev) + turns(test)
     # The chosen setting is never worse on dev than the current one.
     assert report["after"]["dev"]["cost"] <= report["before"]["dev"]["cost"]
-    # Absurd floors (cosine >= 0.9 to be relevant) answer nothing: they must not win.
-    assert report["after"]["thresholds"]["min_dense"] == 0.30
+    # An absurd floor (p >= 0.99 to be related at all) answers nothing: it must not win.
+    assert report["after"]["thresholds"]["related_p"] == 0.35

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from policy.extract import sentences
+from kb.units import units_of_text as sentences
 from policy.decision import Action, Citation, Decision, Reason
 from policy.engine import Engine
 
@@ -63,10 +63,10 @@ def test_context_before_any_question_asks_for_the_question_and_is_kept(engine):
 
 def test_context_after_an_answer_re_asks_the_last_question(engine):
     s = engine.session(facets={"plan_type": "prepaid"})
-    first = s.turn("How do I buy more data?").decision
-    assert first.action == Action.answer and "*#200#" in first.message
+    first = s.turn("How do I turn on roaming?").decision
+    assert first.action == Action.answer and first.citations[0].doc_id == "roaming-activation-prepaid"
     d = s.turn("Oh wait, I'm on a monthly plan now.").decision
-    assert d.action == Action.answer and d.citations[0].doc_id == "data-topup-monthly" and "2020" in d.message
+    assert d.action == Action.answer and d.citations[0].doc_id == "roaming-activation-monthly"
     assert s.facets == {"plan_type": "monthly"}
     # context that comes with a question of its own starts that question
     d = s.turn("I'm a business customer, how much is a replacement SIM?").decision
@@ -104,7 +104,7 @@ def test_a_clause_that_only_states_who_the_caller_is_is_not_searched(engine):
     s = engine.session()
     o = s.turn("I'm a business customer. How many lines can I have?")
     assert o.decision.action != Action.answer and s.facets == {"customer_type": "business"}
-    assert o.retrieval.query == "how many lines can i have?"
+    assert o.retrieval.query == "how many lines can i have"  # a closing "?" never decides anything
     o = s.turn("I'm a business customer, how much is a replacement SIM?")
     assert o.decision.action == Action.answer and "free of charge" in o.decision.message
 
