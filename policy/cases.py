@@ -172,6 +172,8 @@ def _raw_cases(path: Path) -> tuple[list[Any], Any]:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise CasesError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from exc
+    except ValueError as exc:  # a date YAML reads but the calendar lacks ("2026-13-01")
+        raise CasesError(f"{path}: today: expected a date like 2026-11-30 ({exc})") from exc
     today = None
     if isinstance(data, dict) and isinstance(data.get("cases"), list):
         today = data.get("today")  # {today: 2026-11-30, cases: [...]}: the date the cases were written for

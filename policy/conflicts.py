@@ -30,10 +30,10 @@ def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
 
 
 def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
-    """The figures, by quantity kind, in the sentence this section would speak as its answer."""
+    """The figures, by quantity kind, in the sentences this section would speak as its answer."""
     wanted = _KINDS.get(kind)
     out: dict[str, set[str]] = {}
-    for unit in best_units(g, kind, limit=1):
+    for unit in best_units(g, kind):  # what would be spoken
         for q in quantities(unit):
             if (wanted is None and q.kind != "number") or (wanted is not None and q.kind in wanted):
                 out.setdefault(q.kind, set()).add(q.value)

@@ -29,7 +29,7 @@ _UNIT_KIND = {
 _NUM = r"\d+(?:[.,]\d+)*"
 _QUANTITY = re.compile(
     r"(?P<cur>[$€£])\s?(?P<amt>" + _NUM + r")"
-    r"|(?P<num>" + _NUM + r")\s?(?P<unit>%|percent|gb|mb|tb|mbps|gbps|kwh|usd|eur|gbp|dollars?|cents?|euros?|"
+    r"|(?P<num>" + _NUM + r")(?:\s?(?:to|-|–|or)\s?(?P<num2>" + _NUM + r"))?\s?(?P<unit>%|percent|gb|mb|tb|mbps|gbps|kwh|usd|eur|gbp|dollars?|cents?|euros?|"
     r"pounds?|pence|p(?=\W|$)|(?:business |working |calendar |banking )?"
     r"(?:seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?))\b",
     re.IGNORECASE,
@@ -62,6 +62,12 @@ def _unit_kind(unit: str) -> str:
     return _UNIT_KIND.get(u, "number")
 
 
+# Small cardinals text2num leaves as words ("two guest tickets"); "one" stays a word ("no one").
+_SMALL = {w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
+          if w != "one"}
+_SMALL_RX = re.compile(r"\b(" + "|".join(_SMALL) + r")\b", re.I)
+
+
 @lru_cache(maxsize=4096)
 def words_to_digits(text: str) -> str:
     """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
@@ -69,9 +75,10 @@ def words_to_digits(text: str) -> str:
 
     t = _MEASURE_RX.sub(lambda m: _MEASURES[m.group(1).lower()], text)
     try:
-        return alpha2digit(t, "en")
+        t = alpha2digit(t, "en")
     except Exception:  # noqa: BLE001 - unparseable number words stay words
-        return t
+        pass
+    return _SMALL_RX.sub(lambda m: _SMALL[m.group(1).lower()], t)
 
 
 def _money_value(num: str, unit: str) -> str:
@@ -96,10 +103,10 @@ def quantities(text: str) -> list[Quantity]:
             continue
         if m.group("cur"):
             found.append(Quantity(_canon(m.group("amt")), "money"))
-        else:
+        else:  # "5 to 10 business days": both ends are durations
             kind = _unit_kind(m.group("unit"))
-            value = _money_value(m.group("num"), m.group("unit")) if kind == "money" else _canon(m.group("num"))
-            found.append(Quantity(value, kind))
+            for num in filter(None, (m.group("num"), m.group("num2"))):
+                found.append(Quantity(_money_value(num, m.group("unit")) if kind == "money" else _canon(num), kind))
         spans.append(m.span())
     for m in _BARE.finditer(t):
         if not any(s <= m.start() < e for s, e in spans):

@@ -59,7 +59,7 @@ def test_replay_two_turn_call(tmp_path):
     if not (ROOT / "fixtures/kb").is_dir():
         pytest.skip("fixture KB missing")
     parts = []
-    for i, (voice, text) in enumerate([("en-us", "Which cards do you take for paying the bill?"),
+    for i, (voice, text) in enumerate([("en-us", "How do I set up my voicemail?"),
                                        ("en+f3", "I want to speak to a human agent.")]):
         p = tmp_path / f"t{i}.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(p), text], check=True)
@@ -72,7 +72,7 @@ def test_replay_two_turn_call(tmp_path):
     lines = [json.loads(line) for line in r.stdout.strip().splitlines()]
     turns, last = lines[:-1], lines[-1]
     assert len(turns) == 2, r.stdout
-    assert "cards" in turns[0]["transcript"].lower() and turns[0]["decision"]["action"] == "answer"
+    assert "voice" in turns[0]["transcript"].lower() and turns[0]["decision"]["action"] == "answer"
     assert turns[1]["decision"]["action"] == "transfer" and turns[1]["decision"]["handoff"]["team"]
     assert last["reply_audio"] == str(out)
     audio, sr = read_wav(out)

@@ -1,0 +1,70 @@
+"""The policy's language knowledge: numbers, fact kinds, question words, punctuation."""
+from __future__ import annotations
+
+import pytest
+
+from policy.language import asks_question, fact_kind, holds_kind, normalize_text, question_focus, specificity
+from policy.numbers import Quantity, number_values, quantities, unsupported_numbers, words_to_digits
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("eighteen months", [Quantity("18", "time")]),
+    ("seventy-five pounds", [Quantity("75", "money")]),
+    ("a fortnight", [Quantity("14", "time")]),
+    ("£7.50", [Quantity("7.5", "money")]),
+    ("7.50 pounds", [Quantity("7.5", "money")]),
+    ("75p a day", [Quantity("0.75", "money"), ]),
+    ("5 to 10 business days", [Quantity("5", "time"), Quantity("10", "time")]),
+    ("two guest tickets", [Quantity("2", "number")]),
+    ("open until 5pm", [Quantity("17:00", "clock")]),
+    ("no one told me", []),
+    ("effective 2026-02-01", [Quantity("2026-02-01", "date")]),
+])
+def test_one_reader_of_numbers(text, expected):
+    got = quantities(text)
+    assert got[: len(expected)] == expected and (expected or not got)
+
+
+def test_number_words_and_digits_compare_equal():
+    assert number_values("fourteen days") == number_values("14 days") == {"14"}
+    assert words_to_digits("half an hour") == "30 minutes"
+    assert unsupported_numbers("It costs $7.50 and takes 3 days.", ["The fee is seven dollars fifty, 3 days"]) == \
+        ["7.5 (money)"]
+
+
+@pytest.mark.parametrize("question, kind", [
+    ("How long does a refund take?", "duration"), ("How much notice do you need?", "duration"),
+    ("What's the fee for a paper bill?", "amount"), ("How much is it?", "amount"),
+    ("When does the promotion end?", "when"), ("What time does the shop shut?", "when"),
+    ("When I'm away, which card should I use?", "any"), ("How many lines can I have?", "count"),
+    ("Where do I send the form?", "any"),
+])
+def test_what_kind_of_fact_a_question_asks_for(question, kind):
+    assert fact_kind(question) == kind
+
+
+def test_a_fact_of_the_asked_kind_in_words_or_figures():
+    assert holds_kind("when", "It takes effect immediately.")
+    assert holds_kind("amount", "Replacement SIMs are free of charge.")
+    assert holds_kind("duration", "Add-on data lasts until the end of your billing month.")
+    assert not holds_kind("amount", "A replacement key arrives within 3 working days.")
+    assert holds_kind("any", "Anything at all.")
+
+
+def test_punctuation_never_decides():
+    assert normalize_text("How long does it take?") == normalize_text("How long does it take.") == \
+        normalize_text("how long does it take") == "how long does it take"
+    assert asks_question("so how long does it take") and asks_question("Right, can you help")
+    assert not asks_question("It's for the business.") and not asks_question("I work part time?")
+
+
+def test_the_clause_that_asks_is_the_focus():
+    assert question_focus("My card came today and the tap thing fails, what's going on with it?") == \
+        "what's going on with it"
+    assert question_focus("How do I reset my router?") is None
+
+
+def test_frame_words_weigh_less_than_subjects():
+    assert specificity("long") < 0.4 < specificity("voicemail") == 1.0
