@@ -263,7 +263,7 @@ class Session:
         # wait, I'm on a monthly plan now", "what about prepaid?", but not "I'm on prepaid, how do I top up?"
         if self.last_question and not asks and left <= 3:
             return self.last_question, {}
-        return text, (new if not asks and left <= 5 else {})
+        return text, (new if not asks and left <= 1 else {})
 
     # -- one turn ---------------------------------------------------------------------------
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),

@@ -26,7 +26,7 @@ MAX_CONTEXT = 60  # scoped section headings embedded per value
 class FacetThresholds:
     prompted: float = 0.30  # the caller answers our question about this key
     prompted_margin: float = 0.06
-    volunteered: float = 0.40  # the caller states it unasked, beside a question
+    volunteered: float = 0.55  # the caller states it unasked, beside a question
     volunteered_margin: float = 0.20
 
 

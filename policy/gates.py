@@ -88,8 +88,12 @@ def risky_sections(active: list[GradedHit], cfg: PolicyConfig) -> list[GradedHit
     words), and a critical topic (an emergency) close to it among the first few."""
     th = cfg.thresholds
     out = [g for g in active if _high(g) and g.p >= th.related_p]
+    # the section most likely to answer is a high-risk one, though weakly: the caller's words are
+    # rarely the page's ("thinking about ending it all" for the crisis page)
+    out += [g for g in active[:1] if _high(g) and g.p >= th.related_p / 2]
+    out += [g for g in active[:3] if g.hit.risk == "critical" and g.p >= th.related_p / 3]
     if out or any(g.p >= th.related_p for g in active):
-        return out
+        return list({g.hit.locator: g for g in out}.values())
     by_topic = sorted(active, key=lambda g: -g.topic)
     safest = next((g.topic for g in by_topic if not _high(g)), 0.0)  # the closest section of no risk
     if by_topic and _high(by_topic[0]) and by_topic[0].topic >= th.risk_min_dense \
@@ -129,6 +133,10 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
         return early
     if early := _intent_gates(facts, graded, cfg, signals, out):
         return early
+    if facts.context_only:  # context without a question: ask for the question, keep the context
+        signals["context"] = dict(facts.context_only)
+        return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],
+                   risk_level="low")
     if facts.result is None:  # d. retrieval down: a system limitation, never "we have no information"
         signals["retrieval_error"] = facts.retrieval_error
         return out(Action.refuse, [Reason.retrieval_unavailable], "d_retrieval_down")
@@ -152,10 +160,6 @@ def _conversation_gates(facts: TurnFacts, signals: dict[str, object], out) -> Ga
     if facts.facet_retry > 1:  # never loop: a person takes it from here
         return out(Action.transfer, [Reason.missing_facet], "h_facet_unread", missing_information=facts.pending_facets,
                    evidence_status="partial")
-    if facts.context_only:  # context without a question: ask for the question, keep the context
-        signals["context"] = dict(facts.context_only)
-        return out(Action.clarify, [Reason.question_needed], "context_only", missing_information=["question"],
-                   risk_level="low")
     return None
 
 
