@@ -30,8 +30,8 @@ from .gates import GateOutcome, TurnFacts, decide
 from .language import asks_question, normalize_text, question_focus
 from .scorer import Scorer, load_scorer
 from .normalize import normalize_transcript
-from .signals import (approval_action, facet_idioms, facet_vocabulary, lexicon_words, small_talk, stated_facets,
-                      without_facet_phrases)
+from .signals import (approval_action, disallowed_request, facet_idioms, facet_vocabulary, human_requested,
+                      lexicon_words, small_talk, stated_facets, without_facet_phrases)
 from .store import JsonlStore
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -238,6 +238,11 @@ class Session:
             new.update(reader.read(text, unasked, prompted=False))
         return new
 
+    def _is_request(self, text: str) -> bool:
+        cfg = self.engine.config
+        return bool(human_requested(text, cfg) or approval_action(text, cfg) or disallowed_request(text, cfg)
+                    or "human_request" in self.engine.intents(text))
+
     def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
         """Fill facets the caller states; a reply to a clarify continues the pending question, and
         context given after any other reply ("it's a personal account") re-asks the last question.
@@ -279,7 +284,10 @@ class Session:
         norm = None if low_conf else normalize_transcript(text, eng.vocabulary(self.role))
         said = norm.text if norm else text
         social = None if low_conf else small_talk(said)
-        question, context_only = (said, {}) if low_conf or social else self._effective_question(said)
+        # a turn that asks for a person, an action or something refused is its own request, never the
+        # answer to a pending clarify ("just put me through to a person" is not "personal")
+        own_request = not (low_conf or social) and self._is_request(said)
+        question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
             # "okay" / "hello?" while a clarify waits for its answer: ask it again
             social, question = None, self.pending_question
