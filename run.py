@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def usage() -> str:
     lines = ["usage: python3 run.py COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<10} {desc}" for name, (_, desc) in COMMANDS.items()]
+    lines += [f"  {name:<13} {desc}" for name, (_, desc) in COMMANDS.items()]
     lines += ["", "Run `python3 run.py COMMAND --help` for a command's options."]
     return "\n".join(lines)
 

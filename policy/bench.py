@@ -32,9 +32,10 @@ def cli(argv: list[str]) -> int:
         t0 = time.perf_counter()
         kb = load_kb(Path(tmp) / "kb")
         # The default embedding cache: the synthetic KB is deterministic, so a second run skips embedding.
-        engine = Engine(kb, Retriever(kb, dense=not args.no_dense, progress=True),
-                        load_policy_config(), state_dir=Path(tmp) / "state", on_date=dt.date(2026, 11, 29),
-                        progress=True)
+        retriever = Retriever(kb, dense=not args.no_dense, progress=True)
+        retriever.attach_units(progress=True)  # as Engine.load does: sentence scores are features
+        engine = Engine(kb, retriever, load_policy_config(), state_dir=Path(tmp) / "state",
+                        on_date=dt.date(2026, 11, 29), progress=True)
         engine.session().turn("warm up")
         build_s = time.perf_counter() - t0
         totals: list[float] = []

@@ -87,6 +87,7 @@ class Engine:
         self._facet_idioms: dict[str, dict[str, set[str]]] = {}
         self._facet_readers: dict[str, FacetReader | None] = {}
         self._intents: IntentReader | None = None
+        self._intent_memo: dict[str, dict[str, float]] = {}
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -192,7 +193,11 @@ class Engine:
             return {}
         if self._intents is None:
             self._intents = IntentReader(self.config.intents, self.retriever.embed)
-        return self._intents.detect(text)
+        if text not in self._intent_memo:  # a turn asks twice: before and after its facets are read
+            if len(self._intent_memo) > 256:
+                self._intent_memo.clear()
+            self._intent_memo[text] = self._intents.detect(text)
+        return self._intent_memo[text]
 
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":

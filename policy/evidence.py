@@ -21,7 +21,7 @@ class GradedHit:
     p: float  # probability that this section answers the question
     features: dict[str, float] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # the caller's words it does not say, heaviest first
-    why: list[str] = field(default_factory=list)  # the features that moved p most
+    why: list[str] = field(default_factory=list)  # the features that moved p most (filled for the spoken one)
     unit_words: list[float] = field(default_factory=list)  # per unit, the weighted share of the question it says
 
     @property
@@ -54,8 +54,7 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     graded = []
     for hit, row in zip(result.hits, rows):
         p = _lexical_only_p(row) if result.lexical_only else scorer.probability(row)
-        why = [] if result.lexical_only else scorer.explain(row)
-        graded.append(GradedHit(hit, p, row, _missing_words(hit, q), why, [unit_share(u, q) for u in hit.units]))
+        graded.append(GradedHit(hit, p, row, _missing_words(hit, q), [], [unit_share(u, q) for u in hit.units]))
     graded.sort(key=lambda g: -g.p)
     return graded
 

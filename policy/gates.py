@@ -207,6 +207,8 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     kind = signals["fact_kind"]
     chosen = best_answer(active, kind)  # type: ignore[arg-type]
     best, doc_p = chosen if chosen else (None, 0.0)
+    if best is not None and not facts.result.lexical_only:
+        best.why = scorer.explain(best.features)  # the audit says why, for the section that decides
     signals["best"] = {"locator": best.hit.locator, "p": round(best.p, 3), "document_p": round(doc_p, 3),
                        "why": best.why} if best else None
     # The likely answers depend on who the caller is (h, asked early: a question put in general
