@@ -1,0 +1,72 @@
+"""What one turn leaves behind: the handoff package a person receives, and the audit line that
+explains the decision afterwards (signals, reason codes, versions, per-stage timings)."""
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any, Collection
+
+from kb.models import RetrievalResult
+
+from . import recheck
+from .decision import Decision, EvidenceQuote, Handoff
+from .gates import GateOutcome
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat()
+
+
+def handoff_package(d: Decision, o: GateOutcome | None, *, question: str, normalized: str, transcript: list[str],
+                    facets: dict[str, str], role: str, default_team: str) -> Handoff:
+    """The context package, so nobody asks the caller twice."""
+    evidence = [EvidenceQuote(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version,
+                              quote=" ".join(g.hit.units[:2])) for g in (o.evidence if o else [])]
+    team = (o.team if o and o.team else None) or (d.handoff.team if d.handoff else default_team)
+    reasons = [r.value for r in d.reasons]
+    summary = (f"Caller asked: \"{question.strip()}\". Transferred because: {', '.join(reasons)}."
+               + (f" Missing: {', '.join(d.missing_information)}." if d.missing_information else "")
+               + (f" Caller facets: {facets}." if facets else ""))
+    handoff = Handoff(id=uuid.uuid4().hex[:12], team=team, summary=summary, question=question,
+                      normalized_question=normalized, transcript=list(transcript), reasons=reasons,
+                      evidence=evidence, missing_information=list(d.missing_information),
+                      conflicts=list(o.conflicts) if o else [], caller_facets=dict(facets), caller_role=role,
+                      created_at=now(), policy_version=d.policy_version, kb_version=d.kb_version)
+    handoff.transcript.append(f"agent: {d.message}")
+    return handoff
+
+
+def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[dict[str, Any]]:
+    graded = {g.hit.locator: g for g in (o.graded if o else [])}
+    hits = []
+    for h in (result.hits if result else []):
+        g = graded.get(h.locator)
+        hits.append({"locator": h.locator, "status": h.status.value, "lexical": round(h.lexical_score, 4),
+                     "dense": None if h.dense_score is None else round(h.dense_score, 4),
+                     "fused_rank": h.fused_rank, "covered": h.covered_terms, "missing": h.missing_terms,
+                     "p_answers": round(g.p, 3) if g else None, "why": g.why if g else None,
+                     "features": {k: round(v, 3) for k, v in g.features.items()} if g else None})
+    return hits
+
+
+def audit_line(*, audit_id: str, session: Any, text: str, normalized: str, asr: Any, faults: Collection[str],
+               result: RetrievalResult | None, error: str | None, o: GateOutcome | None, d: Decision,
+               rc: recheck.RecheckResult, timings: dict[str, float], changes: list[str]) -> dict[str, Any]:
+    """One turn, explainable after the fact: what was heard and searched, each hit's probability and
+    its features, the deciding gate and its signals, the recheck, versions and timings."""
+    return {
+        "kind": "turn", "audit_id": audit_id, "ts": now(),
+        "session": session.session_id, "turn": session.turns, "role": session.role, "facets": dict(session.facets),
+        "policy": session.policy, "question": text, "normalized_question": normalized,
+        "asr": asr.model_dump() if asr else None, "faults": list(faults),
+        "retrieval": {"error": error, "lexical_only": result.lexical_only if result else None,
+                      "degraded_reason": result.degraded_reason if result else None,
+                      "visible_sections": result.visible_sections if result else None,
+                      "query_terms": result.query_terms if result else None, "hits": _hit_lines(result, o),
+                      "timings_ms": result.timings_ms if result else None},
+        "gate": o.gate if o else session.policy, "signals": o.signals if o else {},
+        "recheck": {"ok": rc.ok, "problems": rc.problems},
+        "decision": d.public_dict(), "policy_version": d.policy_version or session.engine.policy_version,
+        "kb_version": session.engine.kb_version, "timings_ms": {k: round(v, 2) for k, v in timings.items()},
+        "normalization": changes,
+    }
