@@ -6,6 +6,7 @@ reason, and every other file still loads.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 import hashlib
 import re
 import unicodedata
@@ -133,6 +134,12 @@ def _effective(doc: Document, on_date: dt.date, kb: KnowledgeBase | None, seen: 
 # ---------------------------------------------------------------------------- parsing
 
 
+def _has_aliases(front: str) -> bool:
+    """Whether the YAML defines an anchor or uses an alias: read from the event stream, which never
+    expands anything."""
+    return any(isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) for ev in yaml.parse(front, Loader=_Loader))
+
+
 def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     text = text.lstrip("\ufeff")
     lines = text.split("\n")
@@ -143,8 +150,11 @@ def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
             break
     else:
         raise KBFileError(path, "front matter is not closed by a '---' line")
+    front = "\n".join(lines[1:i])
     try:
-        meta = yaml.load("\n".join(lines[1:i]), Loader=_Loader)
+        if _has_aliases(front):  # aliases expand without bound (a "billion laughs" file)
+            raise KBFileError(path, "YAML anchors and aliases (& and *) are not allowed in front matter")
+        meta = yaml.load(front, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -190,6 +200,23 @@ def _scalar_str(v: Any) -> str:
     return str(v).strip()
 
 
+def _acl(meta: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
+    """Who may see the document. Permissions fail closed: an empty acl, or a key that looks like a
+    mistyped `acl` ("acls"), restricts the document to no one, and says so; a role that looks like
+    a mistyped "public" stays a role of its own, and is reported."""
+    near = [k for k in map(str, meta) if k != "acl" and (k.lower().startswith("acl")
+                                                        or difflib.SequenceMatcher(None, k.lower(), "acl").ratio() >= 0.75)]
+    if near:
+        return [], [f"front-matter key {near[0]!r} looks like 'acl': the document is restricted to no one "
+                    "until the key is corrected"]
+    if "acl" in meta and meta["acl"] in (None, "", []):
+        return [], ["acl is empty: the document is restricted to no one (write acl: [public] to publish it)"]
+    acl = _str_list(meta, "acl", path, ["public"])
+    warnings = [f"acl role {r!r} looks like 'public' but is not: only callers with role {r!r} see the document"
+                for r in acl if r != "public" and difflib.SequenceMatcher(None, r.lower(), "public").ratio() >= 0.8]
+    return acl, warnings
+
+
 def _document(meta: dict[str, Any], rel: str, path: Path) -> tuple[Document, list[str]]:
     warnings: list[str] = []
     doc_id = meta.get("id")
@@ -213,7 +240,8 @@ def _document(meta: dict[str, Any], rel: str, path: Path) -> tuple[Document, lis
     applies = meta.get("applies_to") or {}
     if not isinstance(applies, dict):
         raise KBFileError(path, f"applies_to must be a mapping of facet: value, got {applies!r}")
-    acl = _str_list(meta, "acl", path, ["public"]) or ["public"]
+    acl, acl_warnings = _acl(meta, path)
+    warnings += acl_warnings
     team = meta.get("handoff_team")
     unknown = sorted(set(map(str, meta)) - _KNOWN_KEYS)
     if unknown:

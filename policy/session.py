@@ -95,6 +95,7 @@ class Session:
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
              timings_ms: dict[str, float] | None = None, record: bool = True) -> TurnOutcome:
         """Decide one caller turn. `record=False` is for `preview`: nothing is written."""
+        text = text.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate or stray byte is a "?"
         timings = dict(timings_ms or {})
         t0 = time.perf_counter()
         self.turns += 1

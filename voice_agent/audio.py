@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 
+MIN_RATE, MAX_RATE = 4000, 192000  # what a real recording uses; anything else is corrupt or hostile
+
+
 class AudioError(ValueError):
     """Audio that cannot be used: unreadable file, unsupported format, bad byte count."""
 
@@ -106,6 +109,8 @@ def read_wav_bytes(data: bytes, name: str = "<bytes>") -> tuple[np.ndarray, int]
     tag, channels, rate, block_align, bits = fmt
     if channels < 1 or rate < 1:
         raise AudioError(f"{name}: corrupt WAV ({channels} channels at {rate} Hz)")
+    if not MIN_RATE <= rate <= MAX_RATE:  # 1 Hz or 4 GHz would make resampling allocate gigabytes
+        raise AudioError(f"{name}: unsupported sample rate {rate} Hz (expected {MIN_RATE} to {MAX_RATE} Hz)")
     x = _decode_frames(pcm, tag, bits, channels, block_align, name)
     if channels > 1:
         x = x.reshape(-1, channels).mean(axis=1)
