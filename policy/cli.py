@@ -14,6 +14,27 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
+def iso_date(text: str) -> dt.date:
+    """An argparse type: a calendar date, with a one-line error for 2026-13-01."""
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
+
+
+def writable_dir(path: str | Path) -> str | None:
+    """The one-line error for a state directory that cannot be created or written, else None."""
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        return f"{p}: cannot write the state directory ({exc.strerror or exc})"
+    return None
+
+
 def parse_facets(pairs: list[str]) -> dict[str, str]:
     out = {}
     for p in pairs:
@@ -31,7 +52,9 @@ def load_engine(args: argparse.Namespace, **kw):  # noqa: ANN201 - Engine, impor
     from .config import PolicyConfigError
     from .engine import Engine
 
-    on_date = dt.date.fromisoformat(args.date) if getattr(args, "date", None) else None
+    on_date = getattr(args, "date", None)
+    if err := writable_dir(getattr(args, "state_dir", "var")):
+        raise SystemExit(fail(err))
     try:
         engine = Engine.load(args.kb, policy_file=getattr(args, "policy_file", None),
                              state_dir=getattr(args, "state_dir", "var"), on_date=on_date, **kw)
@@ -46,7 +69,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kb", required=True, help="knowledge base directory")
     p.add_argument("--state-dir", default="var", help="where audit log and handoffs are written (default: var)")
     p.add_argument("--policy-file", help="policy YAML overriding policy/default_policy.yaml")
-    p.add_argument("--date", help="decide as of this ISO date (default: today)")
+    p.add_argument("--date", type=iso_date, help="decide as of this ISO date (default: today)")
 
 
 def cli(argv: list[str]) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .cases import Case, CasesError, load_cases
+from .cli import iso_date
 from .config import Costs
 from .decision import Action, Decision
 from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
@@ -255,13 +256,6 @@ def _parser() -> argparse.ArgumentParser:
                                                  "else the real date)")
     return p
 
-
-def iso_date(text: str) -> dt.date:
-    """An argparse type: a calendar date, with a one-line error for 2026-13-01."""
-    try:
-        return dt.date.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
 
 
 def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:

@@ -113,6 +113,11 @@ def cli(argv: list[str]) -> int:
     except Exception as e:  # noqa: BLE001 - a CLI reports, it does not dump a traceback
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
+    if args.role not in runtime.engine.roles():
+        runtime.close()
+        print(f"error: unknown role {args.role!r}; this knowledge base knows: "
+              f"{', '.join(sorted(runtime.engine.roles()))}", file=sys.stderr)
+        return 2
     try:
         turns, reply = asyncio.run(replay(runtime, resample(pcm, sr, SR), role=args.role, facets=facets))
     finally:
