@@ -29,50 +29,61 @@ def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
     return any(k in fb and fb[k] != v for k, v in fa.items())
 
 
-def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
-    """The figures, by quantity kind, in the sentences this section would speak as its answer."""
+def _figures(units: list[str], kind: FactKind) -> dict[str, set[str]]:
     wanted = _KINDS.get(kind)
     out: dict[str, set[str]] = {}
-    for unit in best_units(g, kind):  # what would be spoken
+    for unit in units:
         for q in quantities(unit):
             if (wanted is None and q.kind != "number") or (wanted is not None and q.kind in wanted):
                 out.setdefault(q.kind, set()).add(q.value)
     return out
 
 
-def same_fact(a: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> bool:
-    """Whether the sentences two sections would speak are about the same thing: close in meaning
-    ("space for six bikes on every train" / "a maximum of 4 bikes on each train"); without the dense
-    model, sharing most of the shorter one's words, figures aside."""
-    ia, ib = best_unit_order(a, kind)[:1], best_unit_order(b, kind)[:1]
-    if not ia or not ib:
-        return False
-    if similarity is not None and (sim := similarity(a.hit.locator, ia[0], b.hit.locator, ib[0])) is not None:
-        return sim >= SAME_FACT_SIMILARITY
-    ta = {t for t in content_terms(a.hit.units[ia[0]]) if not t[:1].isdigit()}
-    tb = {t for t in content_terms(b.hit.units[ib[0]]) if not t[:1].isdigit()}
-    return bool(ta and tb) and len(ta & tb) / min(len(ta), len(tb)) >= SAME_FACT_OVERLAP
+def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
+    """The figures, by quantity kind, in the sentences this section would speak as its answer."""
+    return _figures(best_units(g, kind), kind)
+
+
+def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> list[str]:
+    """The sentences of section b that say the same thing as the one best would speak: close in
+    meaning ("space for six bikes on every train" / "a maximum of 4 bikes on each train"); without
+    the dense model, sharing most of the shorter one's words, figures aside."""
+    spoken = best_unit_order(best, kind)[:1]
+    if not spoken or not b.hit.units:
+        return []
+    if similarity is not None and similarity(best.hit.locator, spoken[0], b.hit.locator, 0) is not None:
+        return [u for j, u in enumerate(b.hit.units)
+                if (similarity(best.hit.locator, spoken[0], b.hit.locator, j) or 0.0) >= SAME_FACT_SIMILARITY]
+    ta = {t for t in content_terms(best.hit.units[spoken[0]]) if not t[:1].isdigit()}
+    out = []
+    for u in b.hit.units:
+        tb = {t for t in content_terms(u) if not t[:1].isdigit()}
+        if ta and tb and len(ta & tb) / min(len(ta), len(tb)) >= SAME_FACT_OVERLAP:
+            out.append(u)
+    return out
 
 
 def find_conflicts(best: GradedHit, others: list[GradedHit], kind: FactKind, likely_p: float,
                    similarity: Similarity | None = None) -> list[tuple[GradedHit, GradedHit, str]]:
     """Current sections of other documents that give a different figure for what the best section
-    would answer: each either likely to answer the question itself, or related to it and saying
-    the same thing as the best one with another figure."""
-    docs: dict[str, GradedHit] = {}
-    for g in others:
-        if g.active and g.doc_id != best.doc_id and g.doc_id not in docs:
-            docs[g.doc_id] = g
+    would answer: a sentence saying the same thing with another figure, or, in a section likely to
+    answer the question itself, the answer it would give."""
     pairs = []
     fa = stated_figures(best, kind)
-    for b in docs.values():
-        if _supersedes(best, b) or _facet_disjoint(best, b) or not (b.p >= likely_p or same_fact(best, b, kind, similarity)):
+    seen: set[str] = set()
+    for b in others:
+        if not b.active or b.doc_id == best.doc_id or b.doc_id in seen or _supersedes(best, b) \
+                or _facet_disjoint(best, b):
             continue
-        fb = stated_figures(b, kind)
+        fb = _figures(same_fact_units(best, b, kind, similarity), kind)
+        if b.p >= likely_p:
+            for k, v in stated_figures(b, kind).items():
+                fb.setdefault(k, set()).update(v)
         for qkind in sorted(set(fa) & set(fb)):
             if fa[qkind].isdisjoint(fb[qkind]):
                 desc = (f"{best.hit.title} ({best.doc_id}) says {', '.join(sorted(fa[qkind]))} and "
                         f"{b.hit.title} ({b.doc_id}) says {', '.join(sorted(fb[qkind]))} ({qkind})")
                 pairs.append((best, b, desc))
+                seen.add(b.doc_id)
                 break
     return pairs

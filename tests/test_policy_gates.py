@@ -62,7 +62,7 @@ def test_human_request_phrasings(phrase):
 
 
 def test_a_request_for_a_person_by_meaning_transfers():
-    o = run("just get me somebody who can sort it", result(), intents={"human_request": 0.61})
+    o = run("could somebody real take over please", result(), intents={"human_request": 0.61})
     assert o.action == Action.transfer and o.gate == "a_human" and "by meaning" in str(o.signals["human_request"])
 
 
