@@ -14,7 +14,7 @@ from typing import Any, Callable
 import yaml
 
 from policy.cases import CaseFile, CasesError, load_cases
-from policy.evaluate import costs_of, evaluate
+from policy.evaluate import costs_of, evaluate, scratch
 
 from .leaks import LeakCheck
 
@@ -72,12 +72,11 @@ class Engines:
 
     def get(self, d: Domain) -> Any:
         if d.name not in self._engines:
-            from policy.calibrate import _scratch
             from policy.engine import Engine
 
             engine = Engine.load(d.kb, state_dir=self._state / d.name, dense=self.dense,
                                  on_date=d.cases.today or dt.date.today())
-            self._engines[d.name] = _scratch(engine)
+            self._engines[d.name] = scratch(engine)
         return self._engines[d.name]
 
 

@@ -28,7 +28,7 @@ from kb.models import RetrievalUnavailable
 
 from .cases import Case, CasesError, load_cases
 from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
-from .evaluate import _one_line, evaluate
+from .evaluate import one_line, evaluate, scratch
 from kb.loader import kb_dir_error
 
 # Candidate values around the shipped defaults: 3^4 = 81 settings, a minute on 2 cores. The answer
@@ -106,15 +106,6 @@ def grid_configs(base: PolicyConfig, grid: dict[str, list[float]] = GRID) -> lis
     return out
 
 
-def _scratch(engine: Any) -> Any:
-    """The sweep's audit and handoff records go to a throwaway directory: skip the per-record fsync
-    that protects real calls (it would dominate the sweep's run time)."""
-    for store in (getattr(engine, "audit", None), getattr(engine, "handoffs", None)):
-        if store is not None and hasattr(store, "fsync"):
-            store.fsync = False
-    return engine
-
-
 def _score(metrics: dict[str, Any]) -> tuple[float, int]:
     cost = metrics["cost"] if metrics["cost"] is not None else 0.0
     return (round(cost, 6), metrics["unsafe_answers"])
@@ -137,7 +128,7 @@ def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: fl
     best_cfg, best_score, best_dev = None, None, None
     before_dev = None
     for i, cfg in enumerate(configs):
-        _, m = evaluate(_scratch(cached.with_config(cfg)), dev)
+        _, m = evaluate(scratch(cached.with_config(cfg)), dev)
         if i == 0:
             before_dev = m
         score = _score(m)
@@ -149,8 +140,8 @@ def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: fl
     if progress:
         print(file=sys.stderr)
     assert best_cfg is not None and before_dev is not None and best_dev is not None
-    _, before_test = evaluate(_scratch(cached.with_config(engine.config)), test)
-    _, after_test = evaluate(_scratch(cached.with_config(best_cfg)), test)
+    _, before_test = evaluate(scratch(cached.with_config(engine.config)), test)
+    _, after_test = evaluate(scratch(cached.with_config(best_cfg)), test)
     tuned = list(grid)
     return {
         "seed": seed, "dev_cases": len(dev), "test_cases": len(test), "settings_tried": len(configs),
@@ -266,10 +257,10 @@ def cli(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except (CasesError, PolicyConfigError, ValueError) as exc:
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - a CLI reports one line, never a traceback
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)

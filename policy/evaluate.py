@@ -150,6 +150,15 @@ def run_cases(engine: Any, cases: Iterable[Case], *, policy: str = "gated", defa
     return results
 
 
+def scratch(engine: Any) -> Any:
+    """The sweep's audit and handoff records go to a throwaway directory: skip the per-record fsync
+    that protects real calls (it would dominate the sweep's run time)."""
+    for store in (getattr(engine, "audit", None), getattr(engine, "handoffs", None)):
+        if store is not None and hasattr(store, "fsync"):
+            store.fsync = False
+    return engine
+
+
 def costs_of(engine: Any) -> Costs:
     cfg = getattr(engine, "config", None)
     return cfg.costs if cfg is not None else Costs()
@@ -299,7 +308,7 @@ def _print_failures(results: list[CaseResult], limit: int) -> None:
         print(f"  ... and {len(bad) - limit} more (see --out)")
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -333,10 +342,10 @@ def cli(argv: list[str]) -> int:
     try:
         return _run(args, cases, audio_dir, state_dir)
     except CasesError as exc:
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # noqa: BLE001 - a CLI reports one line, never a traceback
-        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 1
     finally:
         if not args.state_dir:
@@ -351,9 +360,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
         engine = _load_engine(args, state_dir)
     check_kb_loaded(engine, Path(args.kb))
     if not args.state_dir:
-        from .calibrate import _scratch
-
-        _scratch(engine)  # a throwaway state dir needs no per-record fsync
+        scratch(engine)  # a throwaway state dir needs no per-record fsync
 
     def progress(n: int, case: Case) -> None:
         if runner is not None:

@@ -69,15 +69,18 @@ def _missing_words(hit: Hit, q: QuestionTerms) -> list[str]:
     return [q.surface.get(t, t) for t in coverage(hit, q)[3]]
 
 
+def unit_fit(g: GradedHit, kind: FactKind, i: int) -> float:
+    """How well unit i answers: its closeness in meaning, a little more when it states the asked
+    kind of fact, and more when it says the question's own words."""
+    words = g.unit_words[i] if i < len(g.unit_words) else 0.0
+    return g.hit.unit_scores[i] + 0.05 * holds_kind(kind, g.hit.units[i]) + UNIT_WORD_WEIGHT * words
+
+
 def best_unit_order(g: GradedHit, kind: FactKind) -> list[int]:
-    """The section's units, closest in meaning to the question first (one stating the asked kind of
-    fact a little ahead); in their own order without the dense model."""
-    units, scores = g.hit.units, g.hit.unit_scores
-    if not scores:
-        return list(range(len(units)))
-    words = g.unit_words or [0.0] * len(units)
-    return sorted(range(len(units)),
-                  key=lambda i: -(scores[i] + 0.05 * holds_kind(kind, units[i]) + UNIT_WORD_WEIGHT * words[i]))
+    """The section's units, best fitting first; in their own order without the dense model."""
+    if not g.hit.unit_scores:
+        return list(range(len(g.hit.units)))
+    return sorted(range(len(g.hit.units)), key=lambda i: -unit_fit(g, kind, i))
 
 
 def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60) -> list[str]:
@@ -122,11 +125,7 @@ def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, flo
 
     def sentence_fit(g: GradedHit) -> float:
         order = best_unit_order(g, kind)
-        if not order or not g.hit.unit_scores:
-            return g.p
-        i = order[0]
-        words = g.unit_words[i] if g.unit_words else 0.0
-        return g.hit.unit_scores[i] + 0.05 * holds_kind(kind, g.hit.units[i]) + UNIT_WORD_WEIGHT * words
+        return unit_fit(g, kind, order[0]) if order and g.hit.unit_scores else g.p
 
     best = max(sections, key=lambda g: (round(sentence_fit(g), 3), g.p))
     return best, document_p(graded, doc)

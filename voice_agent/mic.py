@@ -11,7 +11,6 @@ import collections
 import json
 import sys
 import threading
-from pathlib import Path
 from typing import Any
 
 import numpy as np
