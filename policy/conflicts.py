@@ -10,6 +10,7 @@ from typing import Callable
 from kb.tokenize import content_terms
 
 from .evidence import GradedHit, best_unit_order, best_units
+from .features import versions_of_one
 from .language import FactKind
 from .numbers import quantities
 
@@ -18,10 +19,6 @@ SAME_FACT_OVERLAP = 0.4  # without the dense model: share of the shorter sentenc
 Similarity = Callable[[str, int, str, int], "float | None"]  # (locator, unit, locator, unit) -> cosine
 _KINDS = {"amount": {"money", "percent"}, "duration": {"time"}, "when": {"time", "date", "clock"},
           "count": {"number", "data"}}
-
-
-def _supersedes(a: GradedHit, b: GradedHit) -> bool:
-    return b.doc_id in a.hit.supersedes or a.doc_id in b.hit.supersedes
 
 
 def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
@@ -72,7 +69,7 @@ def find_conflicts(best: GradedHit, others: list[GradedHit], kind: FactKind, lik
     fa = stated_figures(best, kind)
     seen: set[str] = set()
     for b in others:
-        if not b.active or b.doc_id == best.doc_id or b.doc_id in seen or _supersedes(best, b) \
+        if not b.active or b.doc_id == best.doc_id or b.doc_id in seen or versions_of_one(best.hit, b.hit) \
                 or _facet_disjoint(best, b):
             continue
         fb = _figures(same_fact_units(best, b, kind, similarity), kind)

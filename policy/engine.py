@@ -15,7 +15,7 @@ from kb.soft_match import SoftMatcher
 from .config import PolicyConfig, load_policy_config
 from .facets import FacetReader, scoped_context
 from .intents import IntentReader
-from .language import question_focus
+from .language import normalize_text, question_focus
 from .scorer import Scorer, load_scorer
 from .session import AsrSignal, Session, TurnOutcome
 from .signals import facet_idioms, facet_vocabulary
@@ -159,11 +159,12 @@ class Engine:
             return {}
         if self._intents is None:
             self._intents = IntentReader(self.config.intents, self.retriever.embed)
-        if text not in self._intent_memo:  # a turn asks twice: before and after its facets are read
+        key = normalize_text(text)  # a turn asks twice (as said, then as decided): one embedding
+        if key not in self._intent_memo:
             if len(self._intent_memo) > 256:
                 self._intent_memo.clear()
-            self._intent_memo[text] = self._intents.detect(text)
-        return self._intent_memo[text]
+            self._intent_memo[key] = self._intents.detect(key)
+        return self._intent_memo[key]
 
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated") -> "Session":

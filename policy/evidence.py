@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from kb.models import EffectiveStatus, Hit, RetrievalResult
 from kb.tokenize import content_terms
 
-from .features import QuestionTerms, coverage, feature_rows
+from .features import QuestionTerms, feature_rows
 from .language import FactKind, holds_kind
 from .scorer import Scorer
 
@@ -52,9 +52,10 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     """Every hit with its probability of answering, best first."""
     q, rows = feature_rows(result, kind)
     graded = []
-    for hit, row in zip(result.hits, rows):
+    for hit, (row, missing) in zip(result.hits, rows):
         p = _lexical_only_p(row) if result.lexical_only else scorer.probability(row)
-        graded.append(GradedHit(hit, p, row, _missing_words(hit, q), [], [unit_share(u, q) for u in hit.units]))
+        words = [q.surface.get(t, t) for t in missing]  # in the caller's words, never as stems
+        graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q) for u in hit.units]))
     graded.sort(key=lambda g: -g.p)
     return graded
 
@@ -63,10 +64,6 @@ def unit_share(unit: str, q: QuestionTerms) -> float:
     total = sum(q.weights.values())
     said = set(content_terms(unit))
     return sum(w for t, w in q.weights.items() if t in said) / total if total else 0.0
-
-
-def _missing_words(hit: Hit, q: QuestionTerms) -> list[str]:
-    return [q.surface.get(t, t) for t in coverage(hit, q)[3]]
 
 
 def unit_fit(g: GradedHit, kind: FactKind, i: int) -> float:

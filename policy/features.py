@@ -71,16 +71,18 @@ def _best_units(hit: Hit, n: int = 3) -> list[str]:
     return [hit.units[i] for i in order[:n]]
 
 
-def _versions_of_one(a: Hit, b: Hit) -> bool:
+def versions_of_one(a: Hit, b: Hit) -> bool:
     """Two versions of one document (one supersedes the other): they say the same, never compete."""
     return a.doc_id in b.supersedes or b.doc_id in a.supersedes
 
 
-def hit_features(hit: Hit, hits: list[Hit], q: QuestionTerms, kind: FactKind) -> dict[str, float]:
-    cov, exact, miss_max, _ = coverage(hit, q)
+def hit_features(hit: Hit, hits: list[Hit], q: QuestionTerms,
+                 kind: FactKind) -> tuple[dict[str, float], list[str]]:
+    """The section's features, and the question's terms it leaves unsaid (heaviest first)."""
+    cov, exact, miss_max, missing = coverage(hit, q)
     dense = hit.dense_score or 0.0
     unit_max = max(hit.unit_scores, default=dense)
-    hits = [h for h in hits if not _versions_of_one(h, hit)]
+    hits = [h for h in hits if not versions_of_one(h, hit)]
     others = [h for h in hits if h.doc_id != hit.doc_id]
     best_other = max((h.dense_score or 0.0 for h in others), default=0.0)
     best_other_unit = max((max(h.unit_scores, default=h.dense_score or 0.0) for h in others), default=0.0)
@@ -98,7 +100,7 @@ def hit_features(hit: Hit, hits: list[Hit], q: QuestionTerms, kind: FactKind) ->
         "align": alignment(hit, q),
         "focus": max(hit.focus_scores, default=unit_max),
         "unit_cov": unit_coverage(hit, q, units[:1]),
-    }
+    }, missing
 
 
 def unit_coverage(hit: Hit, q: QuestionTerms, units: list[str]) -> float:
@@ -123,6 +125,8 @@ def alignment(hit: Hit, q: QuestionTerms) -> float:
     return sum(w * (1.0 if t in have else max(0.0, hit.soft_scores.get(t, 0.0))) for t, w in q.weights.items()) / total
 
 
-def feature_rows(result: RetrievalResult, kind: FactKind) -> tuple[QuestionTerms, list[dict[str, float]]]:
+def feature_rows(result: RetrievalResult,
+                 kind: FactKind) -> tuple[QuestionTerms, list[tuple[dict[str, float], list[str]]]]:
+    """Per hit, its features and the question's terms it leaves unsaid."""
     q = question_terms(result)
     return q, [hit_features(h, result.hits, q, kind) for h in result.hits]
