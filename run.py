@@ -15,15 +15,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("policy.cli", "Answer one typed question: prints the Decision JSON"),
     "schema": ("policy.cli_schema", "Print the JSON Schema of the Decision"),
     "handoffs": ("policy.cli_handoffs", "List stored handoff packages"),
-    "eval": ("evaluation.cli", "Run gold cases and print the metrics"),
+    "eval": ("voice_agent.eval_audio", "Run gold cases and print the metrics"),
     "policy-stats": ("evaluation.policy_stats", "Count the policy's hand-written patterns and word lists"),
     "train": ("evaluation.train", "Fit the answerability scorer on a corpus of domains"),
-    "calibrate": ("policy.calibrate", "Fit policy thresholds for a KB on its gold cases"),
+    "calibrate": ("evaluation.calibrate", "Fit policy thresholds for a KB on its gold cases"),
     "replay": ("voice_agent.replay", "Play a recorded call through the voice path"),
     "mic": ("voice_agent.mic", "Talk to the agent through the microphone"),
-    "serve": ("voice_agent.server", "Run the websocket server (native + Twilio)"),
+    "serve": ("voice_agent.transport.server", "Run the websocket server (native + Twilio)"),
     "client": ("voice_agent.client", "Stream a WAV file to a running server"),
-    "bench": ("voice_agent.bench", "Benchmarks: retrieval | decide | voice | load"),
+    "bench": ("run", "Benchmarks: retrieval | decide | voice | load"),
+}
+BENCHES: dict[str, str] = {
+    "retrieval": "kb.bench",  # index build + hybrid query latency at N sections
+    "decide": "evaluation.bench_decide",  # retrieval + policy + compose + recheck per turn
+    "voice": "voice_agent.bench_voice",  # end of caller speech -> first reply audio
+    "load": "voice_agent.bench_load",  # concurrent calls against a local server
 }
 
 
@@ -34,6 +40,13 @@ def usage() -> str:
     return "\n".join(lines)
 
 
+def bench(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHES:
+        print(f"usage: python3 run.py bench {{{'|'.join(BENCHES)}}} [options]", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(BENCHES[argv[0]]).cli(argv[1:]) or 0)
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -42,9 +55,9 @@ def main(argv: list[str]) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}; run `python3 run.py --help`", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
+    entry = bench if name == "bench" else importlib.import_module(COMMANDS[name][0]).cli
     try:
-        return int(module.cli(rest) or 0)
+        return int(entry(rest) or 0)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # e.g. `run.py schema | head`

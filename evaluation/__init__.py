@@ -1,2 +1,2 @@
-"""Evaluation: the multi-domain corpus, leave-one-domain-out scoring, fitting the answerability
-scorer, and the policy's rule count. Depends on `policy` and `kb`; nothing there imports it."""
+"""Evaluation: gold cases, metrics, single-KB and leave-one-domain-out scoring, calibration, the
+decide benchmark, fitting the answerability scorer and the rule count. Depends on policy and kb."""

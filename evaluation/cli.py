@@ -1,4 +1,4 @@
-"""`run.py eval`: one KB's cases (`--kb --cases`, see policy.evaluate) or a whole corpus of domains
+"""`run.py eval`: one KB's cases (`--kb --cases`, see evaluation.evaluate) or a whole corpus of domains
 (`--corpus DIR`), scored leave-one-domain-out, with the worst domain and a chart."""
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from policy.cases import CasesError
+from .cases import CasesError
+from .evaluate import AudioSetup
+from .evaluate import cli as single_cli
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,9 +77,7 @@ def corpus_cli(argv: list[str]) -> int:
     return 0
 
 
-def cli(argv: list[str]) -> int:
+def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     if "--corpus" in argv or any(a.startswith("--corpus=") for a in argv):
         return corpus_cli(argv)
-    from policy.evaluate import cli as single_cli
-
-    return single_cli(argv)
+    return single_cli(argv, audio_setup)

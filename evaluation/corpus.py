@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 import yaml
 
-from policy.cases import CaseFile, CasesError, load_cases
-from policy.evaluate import costs_of, evaluate, scratch
+from evaluation.cases import CaseFile, CasesError, load_cases
+from evaluation.evaluate import costs_of, evaluate, scratch
 
 from .leaks import LeakCheck
 

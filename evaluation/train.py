@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from policy.cases import Case, CasesError
+from evaluation.cases import Case, CasesError
 from policy.decision import Action
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree

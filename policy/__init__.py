@@ -1,1 +1,2 @@
-"""Refusal policy: gates, messages, handoff, recheck, evaluation. Pure; imports kb only."""
+"""Refusal policy: reading a turn, answerability, gates, messages, handoff, recheck.
+Imports kb only; evaluation and voice_agent sit above it."""

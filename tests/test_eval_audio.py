@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from policy.cases import Case
+from evaluation.cases import Case
 from policy.decision import Action, Citation, Decision
 from voice_agent.audio import write_wav
 from voice_agent.eval_audio import run_audio_case
@@ -105,7 +105,7 @@ def test_runner_reports_missing_reply_audio(tmp_path):
 
 @pytest.mark.unit
 def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path):
-    from policy.evaluate import run_cases
+    from evaluation.evaluate import run_cases
 
     class Kb:
         docs: dict = {}

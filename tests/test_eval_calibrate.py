@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from kb.models import RetrievalUnavailable
-from policy.calibrate import (GRID, CachingRetriever, calibrate, grid_configs, safer_or_equal, split_cases,
+from evaluation.calibrate import (GRID, CachingRetriever, calibrate, grid_configs, safer_or_equal, split_cases,
                               write_override)
-from policy.cases import Case, load_cases
+from evaluation.cases import Case, load_cases
 from policy.config import load_policy_config
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from policy.cases import CasesError, load_cases
+from evaluation.cases import CasesError, load_cases
 from policy.decision import Action
 
 pytestmark = pytest.mark.unit

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from policy.cases import Case
+from evaluation.cases import Case
 from policy.config import Costs
 from policy.decision import Action, Citation, Decision, Handoff, Reason
-from policy.metrics import (CaseResult, CitedSource, TurnRecord, case_failures, confusion_matrix,
+from evaluation.metrics import (CaseResult, CitedSource, TurnRecord, case_failures, confusion_matrix,
                             evaluate_metrics, evidence_supported, summarize, turn_cost, version_safe)
 
 pytestmark = pytest.mark.unit

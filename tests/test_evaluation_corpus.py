@@ -15,10 +15,10 @@ from evaluation.leaks import LeakCheck
 from evaluation.policy_stats import count_python, count_yaml, policy_stats
 from evaluation.train import Example, _label_turn, _teaches, fit
 from kb.loader import load_kb
-from policy.cases import Case, CasesError, load_cases
+from evaluation.cases import Case, CasesError, load_cases
 from policy.decision import Action, Decision
 from policy.features import FEATURES
-from policy.metrics import TurnRecord, case_failures
+from evaluation.metrics import TurnRecord, case_failures
 
 ROOT = Path(__file__).resolve().parent.parent
 

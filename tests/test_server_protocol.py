@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from policy.decision import Action, Decision, Handoff, Reason
-from voice_agent.protocol import ERROR_CODES, ProtocolError, event_schemas, parse_client_event
-from voice_agent.server import ServerState, open_server, server_port
-from voice_agent.server_config import ServerConfig, ServerConfigError, load_server_config
+from voice_agent.transport.protocol import ERROR_CODES, ProtocolError, event_schemas, parse_client_event
+from voice_agent.transport.server import ServerState, open_server, server_port
+from voice_agent.transport.config import ServerConfig, ServerConfigError, load_server_config
 
 pytestmark = [pytest.mark.server]
 

@@ -2,15 +2,17 @@
 pre-TTS recheck, TTS) for `run.py eval --audio-dir`. The reply audio is rendered and discarded; a
 decision that produced no reply audio is reported as a problem of the case.
 
-`policy.evaluate` receives this as an injected callable so that `policy` never imports
-`voice_agent` outside its CLI."""
+`run.py eval` enters here: `cli()` hands `audio_setup` to `evaluation.cli`, which never imports
+`voice_agent` itself."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from policy.cases import Case
+from evaluation.cases import Case
+from evaluation.cli import cli as eval_cli
 from policy.decision import Decision
 
 from .audio import float_to_pcm16, read_wav, resample
@@ -113,3 +115,17 @@ def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,
     cases that name none. The third element lists problems of the voice path (no reply audio, call
     errors); the eval counts them as failures of the case."""
     return asyncio.run(_run(runtime, case, Path(wav_path), config if config is not None else default_config(), role))
+
+
+def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,
+                role: str) -> tuple[Any, Any]:
+    """The voice runtime for `--audio-dir`: its engine and a runner feeding one case's WAV."""
+    from .call import VoiceRuntime  # loads the ASR and TTS stacks: only for audio cases
+
+    runtime = VoiceRuntime.load(kb, state_dir=state_dir, policy_file=policy_file)
+    runtime.engine.on_date = on_date
+    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=role)
+
+
+def cli(argv: list[str]) -> int:
+    return eval_cli(argv, audio_setup)

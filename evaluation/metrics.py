@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field, PrivateAttr
 from kb.tokenize import content_terms
 
 from .cases import Case
-from .config import Costs
-from .decision import Action, Decision, Reason
-from .numbers import number_values, quantities
+from policy.config import Costs
+from policy.decision import Action, Decision, Reason
+from policy.numbers import number_values, quantities
 
 ACTIONS: list[Action] = [Action.answer, Action.clarify, Action.refuse, Action.transfer]
 # A cited section supports the message's wording when at least this share of the message's content

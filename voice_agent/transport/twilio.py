@@ -16,18 +16,17 @@ import base64
 import binascii
 import json
 import time
-import uuid
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from voice_agent.audio import mulaw_decode
-from voice_agent.protocol import ProtocolError
-from voice_agent.server import (
-    LOG, CallDriver, Fatal, _close, _feed_with_turn_limit, _is_closed_error, finish, log_event, recv_before_start,
-    supervise,
-)
+from ..audio import mulaw_decode
+from .config import ServerConfig
+from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before_start, serve_connection
+from .driver import AudioGate, CallDriver
+from .protocol import ProtocolError
+from .state import Fatal, ServerState, log_event
 
 __all__ = [
     "MediaFormat", "StartInfo", "TwilioStart", "TwilioMedia", "TwilioMark", "TwilioDtmf", "TwilioStop",
@@ -155,13 +154,12 @@ class TwilioWire:
     def __init__(self, ws: Any, stream_sid: str):
         self.ws = ws
         self.sid = stream_sid
-        self._open: set[Any] = set()
-        self._held_transfers: list[str] = []
+        self.gate = AudioGate(lambda handoff: self.ws.send(mark_message(self.sid, f"transfer:{handoff.id}")))
         self._rest = b""  # μ-law bytes short of a whole frame
 
     async def emit(self, kind: str, ev: Any) -> None:
         if kind == "audio_start":
-            self._open.add(ev.id)
+            self.gate.started(ev.id)
             self._rest = b""
         elif kind == "audio_chunk":
             await self._media(bytes(ev.data))
@@ -169,19 +167,14 @@ class TwilioWire:
             if self._rest:
                 await self.ws.send(media_message(self.sid, self._rest))
                 self._rest = b""
-            self._open.discard(ev.id)
             await self.ws.send(mark_message(self.sid, f"reply:{ev.id}"))
-            if not self._open:
-                await self._release()
+            await self.gate.ended(ev.id)
         elif kind == "clear":
-            self._open.clear()
             self._rest = b""
             await self.ws.send(clear_message(self.sid))
-            await self._release()
+            await self.gate.cleared()
         elif kind == "transfer":
-            self._held_transfers.append(str(ev.handoff.id))
-            if not self._open:
-                await self._release()
+            await self.gate.transfer(ev.handoff)
         # transcripts, decisions and errors: Twilio has no message for them; the driver logs them
 
     async def _media(self, data: bytes) -> None:
@@ -191,109 +184,98 @@ class TwilioWire:
             await self.ws.send(media_message(self.sid, buf[i : i + FRAME_BYTES]))
         self._rest = buf[whole:]
 
-    async def _release(self) -> None:
-        while self._held_transfers:
-            await self.ws.send(mark_message(self.sid, f"transfer:{self._held_transfers.pop(0)}"))
 
-
-async def handle_twilio(ws: Any, state: Any) -> None:
-    """One Twilio media stream = one call. Errors Twilio has no message for end in a close whose
-    reason is the error code (busy → 1013, unknown_token → 1008)."""
-    cfg = state.config
-    if not state.admit():
-        log_event("busy", endpoint="twilio", active=state.active, max_calls=cfg.max_calls)
-        await _close(ws, 1013, "busy")
-        return
-    session = uuid.uuid4().hex[:12]
-    driver: CallDriver | None = None
-    t0 = time.monotonic()
-    how = "disconnect"
+async def handle_twilio(ws: Any, state: ServerState) -> None:
+    """One Twilio media stream = one call. Errors Twilio has no message for go to the log and end
+    in a close whose reason is the error code (busy → 1013, unknown_token → 1008)."""
     errors = 0
+    session = ""
 
-    async def log_only_error(code: str, message: str) -> None:
+    async def report(code: str, message: str) -> None:
         log_event("twilio_error", session=session, code=code, message=message)
 
     def count_error(e: ProtocolError) -> None:
         nonlocal errors
         errors += 1
         log_event("twilio_error", session=session, code=e.code, message=e.message)
-        if errors >= cfg.max_protocol_errors:
+        if errors >= state.config.max_protocol_errors:
             raise Fatal("too_many_errors", f"{errors} protocol errors on this stream", 1008)
 
-    try:
+    async def open_call(conn: Connection) -> OnMessage:
+        nonlocal session
+        session = conn.session
         start = await _await_twilio_start(ws, state, count_error)
-        info = start.start
-        params = {str(k): str(v) for k, v in info.customParameters.items()}
-        role = cfg.role_for(params.pop("token", None))
-        if role is None:
-            raise Fatal("unknown_token", "the token parameter is not configured on this server", 1008)
-        fmt = info.mediaFormat
-        if fmt.encoding.lower() != "audio/x-mulaw" or fmt.sampleRate != 8000 or fmt.channels != 1:
-            raise Fatal("bad_sample_rate", f"media format {fmt.encoding} {fmt.sampleRate} Hz x{fmt.channels} is not "
-                        "supported; Twilio streams audio/x-mulaw 8000 Hz mono")
-        sid = start.streamSid or info.streamSid
-        call = state.runtime.new_call(role=role, facets=params,
-                                      config=state.call_config(input_rate=8000, output_rate=8000, output_encoding="mulaw"))
-        wire = TwilioWire(ws, sid)
-        driver = CallDriver(call, wire.emit, session, "twilio")
-        driver.end_silence_ms = cfg.end_silence_ms
-        log_event("call_start", session=session, endpoint="twilio", role=role, facets=sorted(params),
-                  stream_sid=sid, call_sid=info.callSid, active=state.active)
+        driver = conn.driver = _new_driver(ws, state, conn, start)
         driver.start()
+        return _message_handler(driver, state.config, count_error)
 
-        async def on_message(msg: Any) -> str | None:
-            try:
-                if isinstance(msg, (bytes, bytearray, memoryview)):
-                    raise ProtocolError("bad_event", "Twilio sends text frames only")
-                if len(msg) > cfg.max_frame_bytes:
-                    raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
-                ev = parse_twilio(msg)
-                if isinstance(ev, TwilioMedia):
-                    if ev.media.track not in ("inbound", "inbound_track"):
-                        return None
-                    try:
-                        mulaw = base64.b64decode(ev.media.payload, validate=True)
-                    except (binascii.Error, ValueError):
-                        raise ProtocolError("bad_audio", "media.payload is not base64") from None
-                    pcm = (np.clip(mulaw_decode(mulaw), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
-                    await _feed_with_turn_limit(driver, pcm, 8000, int(cfg.max_turn_s * 8000 * 2), None)
-                elif isinstance(ev, TwilioStop):
-                    return "stop"
-                elif isinstance(ev, TwilioDtmf):
-                    log_event("dtmf", session=session, digit=ev.dtmf.digit)
-                elif isinstance(ev, TwilioMark):
-                    pass  # playback reached one of our marks; nothing server-side waits on it
-                elif isinstance(ev, TwilioStart):
-                    raise ProtocolError("already_started", "a second start on this stream")
-                return None
-            except ProtocolError as e:
-                count_error(e)
-                return None
-
-        how = await supervise(ws, state, driver, on_message)
-        await finish(ws, state, driver, how, log_only_error)
-    except Fatal as f:
-        how = f.code
-        log_event("twilio_error", session=session, code=f.code, message=f.message)
-        if driver is not None:
-            await driver.close()
-        await _close(ws, f.close_code, f.code)
-    except Exception as e:
-        if _is_closed_error(e):
-            how = "disconnect"
-        else:
-            how = "internal"
-            LOG.exception("twilio session %s failed", session)
-            await _close(ws, 1011, "internal")
-        if driver is not None:
-            await driver.close()
-    finally:
-        state.release()
-        log_event("call_end", session=session, endpoint="twilio", how=how,
-                  seconds=round(time.monotonic() - t0, 2), decisions=driver.decisions if driver else 0)
+    await serve_connection(ws, state, "twilio", report, open_call)
 
 
-async def _await_twilio_start(ws: Any, state: Any, count_error: Any) -> TwilioStart:
+def _new_driver(ws: Any, state: ServerState, conn: Connection, start: TwilioStart) -> CallDriver:
+    cfg, info = state.config, start.start
+    params = {str(k): str(v) for k, v in info.customParameters.items()}
+    role = cfg.role_for(params.pop("token", None))
+    if role is None:
+        raise Fatal("unknown_token", "the token parameter is not configured on this server", 1008)
+    fmt = info.mediaFormat
+    if fmt.encoding.lower() != "audio/x-mulaw" or fmt.sampleRate != 8000 or fmt.channels != 1:
+        raise Fatal("bad_sample_rate", f"media format {fmt.encoding} {fmt.sampleRate} Hz x{fmt.channels} is not "
+                    "supported; Twilio streams audio/x-mulaw 8000 Hz mono")
+    sid = start.streamSid or info.streamSid
+    call = state.runtime.new_call(role=role, facets=params,
+                                  config=state.call_config(input_rate=8000, output_rate=8000, output_encoding="mulaw"))
+    driver = CallDriver(call, TwilioWire(ws, sid).emit, conn.session, "twilio")
+    driver.end_silence_ms = cfg.end_silence_ms
+    log_event("call_start", session=conn.session, endpoint="twilio", role=role, facets=sorted(params),
+              stream_sid=sid, call_sid=info.callSid, active=state.active)
+    return driver
+
+
+def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: Any) -> OnMessage:
+    turn_limit_bytes = int(cfg.max_turn_s * 8000 * 2)
+
+    async def report_cut(code: str, message: str) -> None:
+        pass  # Twilio has no message for it; the feed already logs `turn_too_long`
+
+    async def on_message(msg: Any) -> str | None:
+        try:
+            ev = _parse_frame(msg, cfg)
+            if isinstance(ev, TwilioMedia):
+                if ev.media.track in ("inbound", "inbound_track"):
+                    await feed_with_turn_limit(driver, _pcm_of(ev), 8000, turn_limit_bytes, report_cut)
+            elif isinstance(ev, TwilioStop):
+                return "stop"
+            elif isinstance(ev, TwilioDtmf):
+                log_event("dtmf", session=driver.session, digit=ev.dtmf.digit)
+            elif isinstance(ev, TwilioStart):
+                raise ProtocolError("already_started", "a second start on this stream")
+            # TwilioMark: playback reached one of our marks; nothing server-side waits on it
+            return None
+        except ProtocolError as e:
+            count_error(e)
+            return None
+
+    return on_message
+
+
+def _parse_frame(msg: Any, cfg: ServerConfig) -> BaseModel:
+    if isinstance(msg, (bytes, bytearray, memoryview)):
+        raise ProtocolError("bad_event", "Twilio sends text frames only")
+    if len(msg) > cfg.max_frame_bytes:
+        raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
+    return parse_twilio(msg)
+
+
+def _pcm_of(ev: TwilioMedia) -> bytes:
+    try:
+        mulaw = base64.b64decode(ev.media.payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise ProtocolError("bad_audio", "media.payload is not base64") from None
+    return (np.clip(mulaw_decode(mulaw), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
+
+
+async def _await_twilio_start(ws: Any, state: ServerState, count_error: Any) -> TwilioStart:
     """Skip `connected`; anything else before `start` is a (counted) protocol error."""
     cfg = state.config
     deadline = time.monotonic() + cfg.start_timeout_s
@@ -302,9 +284,7 @@ async def _await_twilio_start(ws: Any, state: Any, count_error: Any) -> TwilioSt
         try:
             if isinstance(msg, (bytes, bytearray, memoryview)):
                 raise ProtocolError("not_started", "binary frame before start")
-            if len(msg) > cfg.max_frame_bytes:
-                raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
-            ev = parse_twilio(msg)
+            ev = _parse_frame(msg, cfg)
             if isinstance(ev, TwilioStart):
                 return ev
             if not isinstance(ev, TwilioConnected):

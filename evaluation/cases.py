@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .decision import Action, parse_action
+from policy.decision import Action, parse_action
 
 
 class CasesError(ValueError):

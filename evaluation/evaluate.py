@@ -1,10 +1,9 @@
 """`run.py eval`: run gold cases through the engine (text, or audio via an injected runner), score
-them with `policy.metrics`, print a table or JSON, write one JSON line per case and a confusion-matrix
+them with `evaluation.metrics`, print a table or JSON, write one JSON line per case and a confusion-matrix
 PNG next to `--out`.
 
-The only import of `voice_agent` from `policy` is the lazy one in `cli()` when `--audio-dir` is
-given: the audio path lives in `voice_agent/eval_audio.py` and reaches this module as a plain
-callable, so the package arrow `voice_agent -> policy` holds everywhere else."""
+Evaluation never imports `voice_agent`: the audio path (`voice_agent/eval_audio.py`) hands `cli()`
+an `AudioSetup` callable, so `--audio-dir` works only through that entry point."""
 from __future__ import annotations
 
 import argparse
@@ -17,17 +16,19 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .cases import Case, CasesError, load_cases
-from .cli import iso_date
-from .config import Costs
-from .decision import Action, Decision
+from policy.cli import iso_date
+from policy.config import Costs
+from policy.decision import Action, Decision
 from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
-from .numbers import number_values
+from policy.numbers import number_values
 from kb.loader import kb_dir_error
 
 POLICIES = ("gated", "threshold", "minimal")
 # (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
 # detected caller turn; the optional problems (no reply audio, call errors) fail the case.
 AudioRunner = Callable[[Case, Path], tuple]
+# (kb dir, state dir, policy file, decision date, default role) -> (engine, audio runner)
+AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str], tuple[Any, AudioRunner]]
 
 
 # ---------------------------------------------------------------- running cases
@@ -268,20 +269,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:
-    from .engine import Engine
+    from policy.engine import Engine
 
     return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
                        on_date=args.date)
-
-
-def _audio_setup(args: argparse.Namespace, state_dir: str) -> tuple[Any, AudioRunner]:
-    # The one place policy imports voice_agent, lazily, and only for --audio-dir (see module doc).
-    from voice_agent.call import VoiceRuntime
-    from voice_agent.eval_audio import run_audio_case
-
-    runtime = VoiceRuntime.load(args.kb, state_dir=state_dir, policy_file=args.policy_file)
-    runtime.engine.on_date = args.date
-    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=args.role)
 
 
 def evaluate(engine: Any, cases: list[Case], *, policy: str = "gated", default_role: str = "public",
@@ -322,7 +313,7 @@ def check_kb_loaded(engine: Any, kb: Path) -> None:
         print(f"warning: {len(problems)} KB file(s) skipped, first: {problems[0]}", file=sys.stderr)
 
 
-def cli(argv: list[str]) -> int:
+def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         cases = load_cases(args.cases)
@@ -333,6 +324,8 @@ def cli(argv: list[str]) -> int:
         audio_dir = Path(args.audio_dir) if args.audio_dir else None
         if audio_dir and not audio_dir.is_dir():
             raise CasesError(f"{audio_dir}: audio directory not found")
+        if audio_dir and audio_setup is None:
+            raise CasesError("--audio-dir needs the voice path; run it through `run.py eval`")
         if audio_dir and args.compare:
             raise CasesError("--audio-dir runs the real (gated) policy only; drop --compare")
     except CasesError as exc:
@@ -340,7 +333,7 @@ def cli(argv: list[str]) -> int:
         return 2
     state_dir = args.state_dir or tempfile.mkdtemp(prefix="voice-agent-eval-")
     try:
-        return _run(args, cases, audio_dir, state_dir)
+        return _run(args, cases, audio_dir, state_dir, audio_setup)
     except CasesError as exc:
         print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
@@ -352,10 +345,11 @@ def cli(argv: list[str]) -> int:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
-def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, state_dir: str) -> int:
+def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, state_dir: str,
+         audio_setup: AudioSetup | None) -> int:
     runner: AudioRunner | None = None
-    if audio_dir:
-        engine, runner = _audio_setup(args, state_dir)
+    if audio_dir and audio_setup is not None:
+        engine, runner = audio_setup(args.kb, state_dir, args.policy_file, args.date, args.role)
     else:
         engine = _load_engine(args, state_dir)
     check_kb_loaded(engine, Path(args.kb))

@@ -27,7 +27,7 @@ import yaml
 from kb.models import RetrievalUnavailable
 
 from .cases import Case, CasesError, load_cases
-from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
+from policy.config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
 from .evaluate import one_line, evaluate, scratch
 from kb.loader import kb_dir_error
 
@@ -232,7 +232,7 @@ def cli(argv: list[str]) -> int:
             raise CasesError(err)
         cases = load_cases(args.cases)
         split_cases(cases, args.dev_fraction, args.seed)  # validates the fraction before loading models
-        from .engine import Engine
+        from policy.engine import Engine
 
         engine = Engine.load(kb, policy_file=args.policy_file, state_dir=state_dir)
         from .evaluate import check_kb_loaded

@@ -24,8 +24,8 @@ def cli(argv: list[str]) -> int:
     from kb.retrieve import Retriever
     from kb.synthetic import synthetic_queries, write_synthetic_kb
 
-    from .config import load_policy_config
-    from .engine import Engine
+    from policy.config import load_policy_config
+    from policy.engine import Engine
 
     with tempfile.TemporaryDirectory(prefix="decide-bench-") as tmp:
         write_synthetic_kb(Path(tmp) / "kb", args.sections)

@@ -1,0 +1,49 @@
+"""The HTTP side of the server: the browser page and its scripts, the health probe, and 404s;
+websocket paths pass through to the handshake."""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from websockets.datastructures import Headers
+from websockets.http11 import Response
+
+from .protocol import PROTOCOL_VERSION
+from .state import ServerState
+
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+WEB_FILES = {  # path -> (file, content type); no build step, no CDN
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/index.html": ("index.html", "text/html; charset=utf-8"),
+    "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/pcm-worklet.js": ("pcm-worklet.js", "text/javascript; charset=utf-8"),
+}
+WS_PATHS = ("/v1/call", "/twilio")
+
+
+def process_request_for(state: ServerState) -> Callable[[Any, Any], Any]:
+    def respond(status: int, reason: str, body: bytes, ctype: str) -> Response:
+        headers = Headers([("Content-Type", ctype), ("Content-Length", str(len(body))),
+                           ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
+        return Response(status, reason, headers, body)
+
+    def process_request(connection: Any, request: Any) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path in WS_PATHS:
+            return None  # websocket handshake (websockets answers 426 to a plain GET)
+        if path == "/healthz":
+            body = json.dumps({"ok": not state.shutting_down.is_set(), "active_calls": state.active,
+                               "max_calls": state.config.max_calls, "protocol": PROTOCOL_VERSION}).encode()
+            return respond(200, "OK", body, "application/json")
+        if path in WEB_FILES:
+            name, ctype = WEB_FILES[path]
+            try:
+                body = (WEB_DIR / name).read_bytes()
+            except OSError:
+                return respond(500, "Internal Server Error", f"missing {name}\n".encode(), "text/plain")
+            return respond(200, "OK", body, ctype)
+        return respond(404, "Not Found", f"no route {path}; try /, /v1/call, /twilio\n".encode(), "text/plain")
+
+    return process_request
