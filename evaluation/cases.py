@@ -199,7 +199,7 @@ def _first_error(exc: ValidationError) -> str:
     return f"{loc}: {msg}" if loc else msg
 
 
-class CaseFile(list):  # type: ignore[type-arg]
+class CaseFile(list):
     """The cases of one file (a list of Case), with the date they were written for (`today`)."""
 
     today: dt.date | None = None

@@ -33,13 +33,13 @@ def _word_list(node: ast.AST) -> bool:
     """A literal collection of plain words, or a string of three or more words split or tokenized."""
     if isinstance(node, (ast.Set, ast.List, ast.Tuple)):
         strs = [e for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
-        return len(strs) >= 3 and len(strs) == len(node.elts) and not any(_looks_regex(e.value) for e in strs)
+        return len(strs) >= 3 and len(strs) == len(node.elts) and not any(_looks_regex(str(e.value)) for e in strs)
     if isinstance(node, ast.Call):
         args = [a for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         target = node.func.value if isinstance(node.func, ast.Attribute) else None
         if isinstance(target, ast.Constant) and isinstance(target.value, str):
             args.append(target)  # "a b c".split()
-        return any(len(a.value.split()) >= 3 and not _looks_regex(a.value) for a in args)
+        return any(len(str(a.value).split()) >= 3 and not _looks_regex(str(a.value)) for a in args)
     return False
 
 

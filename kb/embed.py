@@ -10,7 +10,7 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,8 +61,8 @@ class Embedder:
     def __init__(self, model_path: Path, tokenizer_path: Path, threads: int = 2, batch_size: int = 16):
         self.model_path, self.tokenizer_path = Path(model_path), Path(tokenizer_path)
         self.threads, self.batch_size = threads, batch_size
-        self._session = None
-        self._tokenizer = None
+        self._session: Any = None  # onnxruntime.InferenceSession, loaded on first use
+        self._tokenizer: Any = None  # tokenizers.Tokenizer
         self._input_names: set[str] = set()
         self._model_id: str | None = None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -102,10 +102,6 @@ class FastBM25Index:
             out[self._docs[a:z]] += self._weights[a:z]  # a term's postings hold each doc once
         return out
 
-    @property
-    def vocabulary_size(self) -> int:
-        return len(self._term_ids)
-
 
 class RankBM25Index:
     """The reference: rank_bm25.BM25Okapi, unchanged."""
@@ -135,7 +131,7 @@ class RankBM25Index:
         return np.asarray(self._bm25.get_scores(list(query_terms)), dtype=np.float64)
 
 
-ENGINES = {"fast": FastBM25Index, "rank-bm25": RankBM25Index}
+ENGINES: dict[str, Callable[[], LexicalIndex]] = {"fast": FastBM25Index, "rank-bm25": RankBM25Index}
 
 
 def make_index(engine: str = "fast") -> LexicalIndex:

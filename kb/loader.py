@@ -88,9 +88,6 @@ class KnowledgeBase:
     def section(self, locator: str) -> Section | None:
         return self._by_locator.get(locator)
 
-    def sections_of(self, doc_id: str) -> list[Section]:
-        return [s for s in self.sections if s.doc_id == doc_id]
-
 
 def slugify(heading: str) -> str:
     """GitHub-style anchor: lowercase, punctuation dropped, spaces -> '-'. Keeps non-Latin
@@ -249,14 +246,14 @@ def _document(meta: dict[str, Any], rel: str, path: Path) -> tuple[Document, lis
     doc = Document(
         id=doc_id,
         title=_scalar_str(title),
-        status=status,  # type: ignore[arg-type]
+        status=status,
         version=_scalar_str(meta.get("version") or ""),
         effective_from=start,
         effective_until=until,
         supersedes=_str_list(meta, "supersedes", path, []),
         applies_to={str(k).strip(): _scalar_str(v) for k, v in applies.items() if v is not None},
         acl=acl,
-        risk=risk,  # type: ignore[arg-type]
+        risk=risk,
         handoff_team=_scalar_str(team) if team not in (None, "") else None,
         path=rel,
     )

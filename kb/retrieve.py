@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +26,9 @@ from .embed import DIM, Embedder, EmbeddingUnavailable, load_embedder
 from .lexical import LexicalIndex, make_index
 from .loader import KnowledgeBase, effective_status, visible_to
 from .models import Hit, RetrievalResult, RetrievalUnavailable, Section
-from .tokenize import STOPWORDS, content_terms, content_tokens
+from .tokenize import content_terms, content_tokens
 from .units import UnitIndex, section_units
+from .vocabulary import salient_words
 
 __all__ = ["Retriever", "rrf", "section_embed_text", "section_index_text"]
 
@@ -70,6 +71,16 @@ class _View:
     lexical: LexicalIndex
     emb: np.ndarray | None  # rows for `sections`, or None without dense
     top_idf: float = 1.0  # highest IDF in this view: the weight of a term no visible section uses
+
+
+@dataclass
+class _Dense:
+    """The dense half of one search."""
+
+    scores: np.ndarray | None = None  # cosine per visible section; None when dense did not run
+    order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # candidates, best first
+    qv: np.ndarray | None = None  # the query's embedding
+    degraded: str | None = None  # why the search fell back to lexical-only
 
 
 class Retriever:
@@ -235,30 +246,8 @@ class Retriever:
         t2 = time.perf_counter()
         timings["lexical"] = (t2 - t1) * 1000
 
-        lexical_only, degraded = False, None
-        dense_scores: np.ndarray | None = None
-        dense_order = np.zeros(0, dtype=np.int64)
-        if FAULT_EMBEDDING in faults:
-            lexical_only, degraded = True, "embedding model unavailable (fault injected): lexical-only retrieval"
-        elif view.emb is None or self._embedder is None:
-            lexical_only, degraded = True, f"embedding model unavailable ({self.dense_error}): lexical-only retrieval"
-        elif query.strip():
-            try:
-                qv = self._embedder.embed([query])[0]
-            except EmbeddingUnavailable as e:
-                lexical_only, degraded = True, f"{e}: lexical-only retrieval"
-            else:
-                t3 = time.perf_counter()
-                timings["embed"] = (t3 - t2) * 1000
-                dense_scores = view.emb @ qv
-                if self.units is not None and (unit_max := self.units.section_max(qv)) is not None:
-                    # a section is as close as its closest sentence or table row: a long page, or a
-                    # table, is found by the one line that answers
-                    rank_scores = np.maximum(dense_scores, unit_max[view.sections])
-                else:
-                    rank_scores = dense_scores
-                dense_order = _top(rank_scores, allowed & (rank_scores >= self.dense_floor), self.candidates)
-                timings["dense"] = (time.perf_counter() - t3) * 1000
+        dense = self._dense(query, view, allowed, faults, timings, t2)
+        dense_scores, dense_order, lexical_only = dense.scores, dense.order, dense.degraded is not None
         t4 = time.perf_counter()
 
         lex_rank = {int(j): r + 1 for r, j in enumerate(lex_order)}
@@ -275,7 +264,7 @@ class Retriever:
                       lex_rank.get(j), dense_rank.get(j), terms, on_date, lexical_only)
             for r, j in enumerate(ranked)
         ]
-        self._unit_scores(hits, None if lexical_only or dense_scores is None else qv)
+        self._unit_scores(hits, None if lexical_only or dense_scores is None else dense.qv)
         timings["fuse"] = (time.perf_counter() - t4) * 1000
         timings["total"] = (time.perf_counter() - t0) * 1000
         # IDF over the caller's visible sections; a term no visible section uses gets the rarest weight.
@@ -283,9 +272,35 @@ class Retriever:
         weights = {t: round(float(idf.get(t, view.top_idf)), 4) for t in terms}
         return RetrievalResult(
             query=query, query_terms=terms, hits=hits, lexical_only=lexical_only, term_weights=weights,
-            degraded_reason=degraded, kb_version=self.kb_version, visible_sections=n,
+            degraded_reason=dense.degraded, kb_version=self.kb_version, visible_sections=n,
             timings_ms={a: round(b, 3) for a, b in timings.items()},
         )
+
+    def _dense(self, query: str, view: _View, allowed: np.ndarray, faults: Collection[str],
+               timings: dict[str, float], t_start: float) -> _Dense:
+        """Cosine scores and candidate order for the query, or why there are none (lexical-only)."""
+        if FAULT_EMBEDDING in faults:
+            return _Dense(degraded="embedding model unavailable (fault injected): lexical-only retrieval")
+        if view.emb is None or self._embedder is None:
+            return _Dense(degraded=f"embedding model unavailable ({self.dense_error}): lexical-only retrieval")
+        if not query.strip():
+            return _Dense()
+        try:
+            qv = self._embedder.embed([query])[0]
+        except EmbeddingUnavailable as e:
+            return _Dense(degraded=f"{e}: lexical-only retrieval")
+        t3 = time.perf_counter()
+        timings["embed"] = (t3 - t_start) * 1000
+        dense_scores = view.emb @ qv
+        if self.units is not None and (unit_max := self.units.section_max(qv)) is not None:
+            # a section is as close as its closest sentence or table row: a long page, or a
+            # table, is found by the one line that answers
+            rank_scores = np.maximum(dense_scores, unit_max[view.sections])
+        else:
+            rank_scores = dense_scores
+        order = _top(rank_scores, allowed & (rank_scores >= self.dense_floor), self.candidates)
+        timings["dense"] = (time.perf_counter() - t3) * 1000
+        return _Dense(dense_scores, order, qv)
 
     def _unit_scores(self, hits: list[Hit], qv: np.ndarray | None) -> None:
         for h in hits:
@@ -336,7 +351,7 @@ class Retriever:
         biasing and repairing mis-heard words; never includes restricted documents' words."""
         key = self._visible_key(role)
         if (key, limit) not in self._vocab:
-            self._vocab[(key, limit)] = _vocabulary(self, key, limit)
+            self._vocab[(key, limit)] = salient_words(self._sections, self._docs, key, limit)
         return list(self._vocab[(key, limit)])
 
 
@@ -351,52 +366,3 @@ def _top(scores: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
         part = np.argpartition(-scores[idx], n - 1)[:n]
         idx = idx[part]
     return idx[np.lexsort((idx, -scores[idx]))]
-
-
-def _vocabulary(r: Retriever, key: frozenset[str], limit: int) -> list[str]:
-    import re
-    from collections import Counter
-
-    word_re = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-'][A-Za-z0-9]+)*")
-    names: Counter[str] = Counter()
-    headed: Counter[str] = Counter()
-    common: Counter[str] = Counter()
-    seen_titles: set[str] = set()
-    for s, d in zip(r._sections, r._docs):
-        if d.id not in key:
-            continue
-        if d.id not in seen_titles:
-            seen_titles.add(d.id)
-            for w in word_re.findall(d.title):
-                headed[w if _mixed_case(w) else w.lower()] += 3
-        for w in word_re.findall(s.heading):
-            headed[w if _mixed_case(w) else w.lower()] += 1
-        for sentence in re.split(r"(?<=[.!?:])\s+|\n+", s.text):
-            for i, w in enumerate(word_re.findall(sentence)):
-                if _is_name(w) and (i > 0 or any(c.isupper() for c in w[1:])):
-                    names[w] += 1  # capitalised mid-sentence, or mixed case (eSIM, FiberMax)
-                else:
-                    common[w.lower()] += 1
-    out: dict[str, None] = {}
-
-    def add(words: list[str]) -> None:
-        for w in words:
-            lw = w.lower()
-            if len(w) < 3 or lw in STOPWORDS or lw in out or w in out:
-                continue
-            out[w] = None
-
-    add([w for w, _ in names.most_common()])
-    add([w for w, _ in headed.most_common()])
-    add([w for w, c in common.most_common() if c >= 2])
-    # drop lower-case duplicates of names already listed
-    lowered = {w.lower() for w in out if w != w.lower()}
-    return [w for w in out if not (w == w.lower() and w in lowered)][:limit]
-
-
-def _mixed_case(w: str) -> bool:
-    return any(c.isupper() for c in w[1:])
-
-
-def _is_name(w: str) -> bool:
-    return any(c.isupper() for c in w)

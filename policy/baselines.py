@@ -47,17 +47,20 @@ def _coverage(hit: Hit) -> float:
     return len(hit.covered_terms) / n if n else 0.0
 
 
-def _versions(cfg: PolicyConfig, result: RetrievalResult | None, name: str) -> dict[str, str]:
-    return {"policy_version": f"{cfg.version}/{name}", "kb_version": result.kb_version if result else ""}
+def _stamped(decision: Decision, cfg: PolicyConfig, result: RetrievalResult | None, name: str) -> Decision:
+    """The baseline's name in the policy version, and the KB version it read."""
+    decision.policy_version = f"{cfg.version}/{name}"
+    decision.kb_version = result.kb_version if result else ""
+    return decision
 
 
 def _refuse(reason: Reason, message: str, cfg: PolicyConfig, result: RetrievalResult | None, name: str) -> Decision:
-    return Decision(action=Action.refuse, message=message, reasons=[reason], evidence_status="missing",
-                    confidence=0.0, **_versions(cfg, result, name))
+    return _stamped(Decision(action=Action.refuse, message=message, reasons=[reason], evidence_status="missing",
+                             confidence=0.0), cfg, result, name)
 
 
 def _answer(hit: Hit, cfg: PolicyConfig, result: RetrievalResult, name: str) -> Decision:
-    return Decision(
+    return _stamped(Decision(
         action=Action.answer,
         message=first_sentences(hit.text) or hit.heading,
         citations=[Citation(doc_id=hit.doc_id, section=hit.section, version=hit.version)],
@@ -65,8 +68,7 @@ def _answer(hit: Hit, cfg: PolicyConfig, result: RetrievalResult, name: str) -> 
         evidence_status="direct",
         risk_level=hit.risk,
         confidence=round(min(1.0, hit.fused_score / max(cfg.thresholds.threshold_baseline, 1e-9) / 2), 3),
-        **_versions(cfg, result, name),
-    )
+    ), cfg, result, name)
 
 
 def _no_retrieval(cfg: PolicyConfig, name: str) -> Decision:
@@ -100,15 +102,14 @@ def minimal_policy(question: str, result: RetrievalResult | None, cfg: PolicyCon
         reason = Reason.human_requested if wants_human else Reason.high_risk_topic
         evidence = [EvidenceQuote(doc_id=top.doc_id, section=top.section, version=top.version,
                                   quote=first_sentences(top.text, 1))] if top else []
-        return Decision(
+        return _stamped(Decision(
             action=Action.transfer,
             message="I'll connect you with a colleague who can help with this. Please hold.",
             reasons=[reason], evidence_status="direct" if top else "missing",
             risk_level=top.risk if high_risk and top else "low",
             handoff=Handoff(team=team, summary=f"Caller asked: {question}", question=question,
                             transcript=[question], reasons=[reason.value], evidence=evidence),
-            **_versions(cfg, result, name),
-        )
+        ), cfg, result, name)
     if result is None:
         return _no_retrieval(cfg, name)
     # Rule 2: the best hit scores below the threshold.

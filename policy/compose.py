@@ -53,10 +53,11 @@ def _options(values: list[str]) -> str:
 
 def _clarify_question(o: GateOutcome, cfg: PolicyConfig) -> str:
     """One short question for the missing facet, naming the options; on a second try, only the options."""
-    options = o.signals.get("options") if isinstance(o.signals.get("options"), dict) else {}
+    raw = o.signals.get("options")
+    options: dict[str, list[str]] = raw if isinstance(raw, dict) else {}
     asks = []
     for key in o.missing_information:
-        values = list(options.get(key, []))  # type: ignore[union-attr]
+        values = list(options.get(key, []))
         name = key.replace("_", " ")
         plain = f"Is that {_options(values)}?" if len(values) > 1 else f"Could you tell me your {name}?"
         if o.signals.get("retry"):
@@ -68,6 +69,59 @@ def _clarify_question(o: GateOutcome, cfg: PolicyConfig) -> str:
     return asks[0]
 
 
+def _clarify_message(o: GateOutcome, cfg: PolicyConfig) -> str:
+    if Reason.asr_low_confidence in o.reasons:
+        return "Sorry, I didn't catch that. Could you say it again, a little more slowly?"
+    if talk := o.signals.get("small_talk"):
+        return _SOCIAL_REPLIES[str(talk)]
+    if Reason.question_needed in o.reasons:
+        ctx = o.signals.get("context")
+        facets = ctx.items() if isinstance(ctx, dict) else []
+        noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in facets)
+        return f"Thanks, I've noted that {noted}. What would you like to know?"
+    return _clarify_question(o, cfg)
+
+
+def _transfer_message(o: GateOutcome, cfg: PolicyConfig) -> str:
+    team = (o.team or cfg.default_team).replace("_", " ")
+    if Reason.human_requested in o.reasons:
+        lead = "Of course."
+    elif Reason.conflicting_sources in o.reasons:
+        lead = "Our current documents disagree on this, so I won't guess."
+    elif Reason.tts_unavailable in o.reasons:
+        lead = "I'm having trouble with my voice system."
+    else:
+        lead = "This is something a specialist needs to handle."
+    return (f"{lead} I'm transferring you to our {team} team now. I'm passing along your question and "
+            "what I found, so you won't need to repeat yourself.")
+
+
+def _refusal(o: GateOutcome, kind: str, topic: str) -> str:
+    """Why the agent will not answer, specific to the first reason that applies."""
+    r = set(o.reasons)
+    if Reason.disallowed_request in r:
+        return "I'm sorry, I can't help with that request. If there is something about your own account I can check, I'm happy to."
+    if Reason.retrieval_unavailable in r:
+        return ("I'm sorry, I can't look that up right now because our information system is not responding. "
+                "Please try again in a few minutes, or ask for an agent and I'll transfer you.")
+    if Reason.deprecated_only in r:
+        return (f"I can't confirm the current rule for {topic}. The only material I found on it is outdated, "
+                "so I won't quote it as the rule. An agent can confirm the current policy if you'd like.")
+    if Reason.draft_only in r:
+        return (f"I can't confirm that yet. The only material I found for {topic} describes something that is "
+                "not in force yet, so I can't give it to you as the rule. An agent can tell you more if you'd like.")
+    if Reason.conflicting_sources in r:
+        titles = " and ".join(g.hit.title for g in o.evidence[:2])
+        return (f"I can't confirm that. Two of our current documents, {titles}, give different figures on this, "
+                "and I won't pick one for you. An agent can confirm which applies.")
+    if Reason.required_fact_not_covered in r and o.evidence:
+        g = o.evidence[0]
+        return (f"I can't confirm that. I found our {g.hit.title}, but it doesn't say {_what_is_asked(kind, topic)}. "
+                "I'd rather not guess. An agent can help with this if you'd like.")
+    return (f"I'm sorry, I can't confirm that. Nothing in our help information answers {topic}, "
+            "and I don't want to guess. You can ask for an agent and I'll transfer you.")
+
+
 def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list[Citation]]:
     """The spoken message and its citations for a gate outcome."""
     kind = str(o.signals.get("fact_kind", "any"))
@@ -77,55 +131,8 @@ def compose(o: GateOutcome, question: str, cfg: PolicyConfig) -> tuple[str, list
         body = " ".join(best_units(g, kind))  # type: ignore[arg-type]
         cite = Citation(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version)
         return f"{_speakable_source(g)}: {body}", [cite]
-
     if o.action == Action.clarify:
-        if Reason.asr_low_confidence in o.reasons:
-            return "Sorry, I didn't catch that. Could you say it again, a little more slowly?", []
-        if talk := o.signals.get("small_talk"):
-            return _SOCIAL_REPLIES[str(talk)], []
-        if Reason.question_needed in o.reasons:
-            ctx = o.signals.get("context")
-            facets = ctx.items() if isinstance(ctx, dict) else []
-            noted = " and ".join(f"your {k.replace('_', ' ')} is {v}" for k, v in facets)
-            return f"Thanks, I've noted that {noted}. What would you like to know?", []
-        return _clarify_question(o, cfg), []
-
+        return _clarify_message(o, cfg), []
     if o.action == Action.transfer:
-        team = (o.team or cfg.default_team).replace("_", " ")
-        if Reason.human_requested in o.reasons:
-            lead = "Of course."
-        elif Reason.conflicting_sources in o.reasons:
-            lead = "Our current documents disagree on this, so I won't guess."
-        elif Reason.tts_unavailable in o.reasons:
-            lead = "I'm having trouble with my voice system."
-        else:
-            lead = "This is something a specialist needs to handle."
-        msg = (f"{lead} I'm transferring you to our {team} team now. I'm passing along your question and "
-               "what I found, so you won't need to repeat yourself.")
-        return msg, []
-
-    # refuse
-    r = set(o.reasons)
-    if Reason.disallowed_request in r:
-        msg = "I'm sorry, I can't help with that request. If there is something about your own account I can check, I'm happy to."
-    elif Reason.retrieval_unavailable in r:
-        msg = ("I'm sorry, I can't look that up right now because our information system is not responding. "
-               "Please try again in a few minutes, or ask for an agent and I'll transfer you.")
-    elif Reason.deprecated_only in r:
-        msg = (f"I can't confirm the current rule for {topic}. The only material I found on it is outdated, "
-               "so I won't quote it as the rule. An agent can confirm the current policy if you'd like.")
-    elif Reason.draft_only in r:
-        msg = (f"I can't confirm that yet. The only material I found for {topic} describes something that is "
-               "not in force yet, so I can't give it to you as the rule. An agent can tell you more if you'd like.")
-    elif Reason.conflicting_sources in r:
-        titles = " and ".join(g.hit.title for g in o.evidence[:2])
-        msg = (f"I can't confirm that. Two of our current documents, {titles}, give different figures on this, "
-               "and I won't pick one for you. An agent can confirm which applies.")
-    elif Reason.required_fact_not_covered in r and o.evidence:
-        g = o.evidence[0]
-        msg = (f"I can't confirm that. I found our {g.hit.title}, but it doesn't say {_what_is_asked(kind, topic)}. "
-               "I'd rather not guess. An agent can help with this if you'd like.")
-    else:
-        msg = (f"I'm sorry, I can't confirm that. Nothing in our help information answers {topic}, "
-               "and I don't want to guess. You can ask for an agent and I'll transfer you.")
-    return msg, []
+        return _transfer_message(o, cfg), []
+    return _refusal(o, kind, topic), []

@@ -189,7 +189,7 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
             signals["action_section"] = named[0].locator
         team = named[0].handoff_team if named else _team(risky or active[:3], cfg)
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval", team=team,
-                   evidence=(risky or active)[:3], risk_level=max(_risk_of(risky), "high", key=RISK_ORDER.get),
+                   evidence=(risky or active)[:3], risk_level=max(_risk_of(risky), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if active else "missing")
     if risky:
         return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),
@@ -207,7 +207,7 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     kind = signals["fact_kind"]
     chosen = best_answer(active, kind)  # type: ignore[arg-type]
     best, doc_p = chosen if chosen else (None, 0.0)
-    if best is not None and not facts.result.lexical_only:
+    if best is not None and facts.result is not None and not facts.result.lexical_only:
         best.why = scorer.explain(best.features)  # the audit says why, for the section that decides
     signals["best"] = {"locator": best.hit.locator, "p": round(best.p, 3), "document_p": round(doc_p, 3),
                        "why": best.why} if best else None
@@ -244,6 +244,6 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
                    evidence=[best], missing_information=best.missing[:3] or [str(signals["fact_kind"])],
                    evidence_status="partial")
     # j. Grounded answer from the current, in-scope section most likely to answer.
-    reasons = [Reason.grounded_answer] + ([Reason.embedding_unavailable] if facts.result.lexical_only else [])
+    reasons = [Reason.grounded_answer] + ([Reason.embedding_unavailable] if facts.result is not None and facts.result.lexical_only else [])
     return out(Action.answer, reasons, "j_answer", evidence=[best], evidence_status="direct",
                confidence=confidence)

@@ -19,6 +19,8 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
+from .transcript_tokens import Tok, join_tokens, spoken_numbers, tokens
+
 
 class Normalized(BaseModel):
     text: str
@@ -27,22 +29,6 @@ class Normalized(BaseModel):
 
 FILLERS = {"um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "eh", "hmm", "hm", "mm", "mhm"}
 STUTTER_WORDS = {"i", "the", "a", "an", "my", "to", "is", "it", "and", "can", "how", "what", "do"}
-
-_UNITS = {"zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-          "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
-          "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19}
-_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
-         "ninety": 90}
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
-# "one" alone is often not a number ("no one", "which one"); convert it only before these.
-# ("one day pass" stays: product names are often spelled out.)
-_COUNTED = {"dollar", "dollars", "buck", "bucks", "cent", "cents", "euro", "euros", "pound", "pounds", "hour",
-            "hours", "week", "weeks", "month", "months", "year", "years", "minute", "minutes", "second",
-            "seconds", "gigabyte", "gigabytes", "megabyte", "megabytes", "gb", "mb", "percent"}
-# Spoken unit → abbreviation, used only when the KB writes the abbreviation and not the word.
-_UNIT_ABBR = {"gigabytes": "GB", "gigabyte": "GB", "megabytes": "MB", "megabyte": "MB", "terabytes": "TB",
-              "terabyte": "TB", "gigs": "GB", "gig": "GB", "megabits": "Mbps", "gigabits": "Gbps",
-              "bucks": "dollars", "buck": "dollars"}
 
 # Words that must never be "repaired" even if the whisper vocabulary is not available.
 _BASE_COMMON = set(
@@ -131,50 +117,11 @@ def _vocab(vocabulary: Iterable[str] | None) -> _Vocab:
     return v
 
 
-# ------------------------------------------------------------------------------ tokens
-
-_SPLIT = re.compile(r"^([^\w$£€]*)(.*?)([^\w%]*)$", re.S)
-
-
-class _Tok:
-    __slots__ = ("pre", "core", "post")
-
-    def __init__(self, chunk: str):
-        m = _SPLIT.match(chunk)
-        assert m
-        self.pre, self.core, self.post = m.group(1), m.group(2), m.group(3)
-
-    @property
-    def low(self) -> str:
-        return self.core.lower()
-
-    def __str__(self) -> str:
-        return self.pre + self.core + self.post
-
-
-def _tokens(text: str) -> list[_Tok]:
-    out = []
-    for chunk in text.split():
-        # "twenty-four", "e-sim": hyphenated spoken pieces are handled word by word.
-        parts = chunk.split("-") if re.fullmatch(r"[A-Za-z]+(?:-[A-Za-z]+)+[^\w]*", chunk) and any(
-            p.lower() in _UNITS or p.lower() in _TENS for p in chunk.split("-")) else [chunk]
-        out.extend(_Tok(p) for p in parts)
-    return out
-
-
-def _join(tokens: list[_Tok]) -> str:
-    s = " ".join(str(t) for t in tokens if str(t))
-    s = re.sub(r"\s+([,.;:?!])", r"\1", s)
-    s = re.sub(r"([,;:])(?:\s*[,;:])+", r"\1", s)  # ", ," left by a dropped filler
-    s = re.sub(r"^[\s,;:]+", "", s)
-    return re.sub(r"\s{2,}", " ", s).strip()
-
-
 # ---------------------------------------------------------------------------- passes
 
 
-def _drop_fillers(toks: list[_Tok], changes: list[str]) -> list[_Tok]:
-    out: list[_Tok] = []
+def _drop_fillers(toks: list[Tok], changes: list[str]) -> list[Tok]:
+    out: list[Tok] = []
     i = 0
     while i < len(toks):
         t = toks[i]
@@ -208,7 +155,7 @@ def _drop_fillers(toks: list[_Tok], changes: list[str]) -> list[_Tok]:
     return out
 
 
-def _carry_punct(out: list[_Tok], dropped: _Tok) -> None:
+def _carry_punct(out: list[Tok], dropped: Tok) -> None:
     """Keep a sentence end that was attached to a dropped word ("..., um." keeps its period)."""
     end = re.sub(r"[^.?!]", "", dropped.post)
     if not out:
@@ -219,98 +166,11 @@ def _carry_punct(out: list[_Tok], dropped: _Tok) -> None:
         out[-1].post = out[-1].post[:-1]  # "like to, like, cancel" → "like to cancel"
 
 
-def _parse_number(words: list[str]) -> tuple[float | int | None, int]:
-    """Longest spoken number at the start of `words` → (value, words used)."""
-    total, current, used, last = 0, 0, 0, ""
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w in _UNITS and w != "oh":
-            if last in ("unit", "teen") or (last == "tens" and _UNITS[w] >= 10) or last == "tens_unit":
-                break
-            current += _UNITS[w]
-            last = "teen" if _UNITS[w] >= 10 else ("tens_unit" if last == "tens" else "unit")
-        elif w in _TENS:
-            if last in ("unit", "teen", "tens", "tens_unit"):
-                break
-            current += _TENS[w]
-            last = "tens"
-        elif w in _SCALES:
-            if w == "hundred":
-                current = max(current, 1) * 100
-            else:
-                total += max(current, 1) * _SCALES[w]
-                current = 0
-            last = "scale"
-        elif w == "and" and last == "scale" and i + 1 < len(words) and (words[i + 1] in _UNITS or words[i + 1] in _TENS):
-            i += 1
-            continue
-        elif w == "a" and i + 1 < len(words) and words[i + 1] in _SCALES and used == 0:
-            current = 1
-            used = i + 1
-            i += 1
-            continue
-        else:
-            break
-        i += 1
-        used = i
-    if used == 0:
-        return None, 0
-    value: float | int = total + current
-    # Decimals: "two point five" → 2.5 (digits after "point" are read one by one).
-    if used + 1 < len(words) and words[used] == "point" and words[used + 1] in _UNITS and _UNITS[words[used + 1]] < 10:
-        digits, j = "", used + 1
-        while j < len(words) and words[j] in _UNITS and _UNITS[words[j]] < 10:
-            digits += str(_UNITS[words[j]])
-            j += 1
-        return float(f"{value}.{digits}"), j
-    return value, used
 
 
-def _spoken_numbers(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
-    out: list[_Tok] = []
-    i = 0
-    while i < len(toks):
-        words = []
-        for t in toks[i : i + 12]:
-            words.append(t.low)
-            if t.post.strip(" ") and t.post.strip() not in ("-",):
-                break  # punctuation ends a number ("four, five" are two)
-        value, n = _parse_number(words)
-        if value is None:
-            out.append(toks[i])
-            i += 1
-            continue
-        # Years: "twenty twenty six" → 2026, "nineteen ninety nine" → 1999.
-        if n < len(words) and value in (19, 20) and n == 1:
-            rest, m = _parse_number(words[1:])
-            if rest is not None and isinstance(rest, int) and 10 <= rest <= 99:
-                value, n = value * 100 + rest, 1 + m
-        spoken = [t.core for t in toks[i : i + n]]
-        nxt = toks[i + n].low if i + n < len(toks) else ""
-        if n == 1 and words[0] == "one" and nxt not in _COUNTED:
-            out.append(toks[i])
-            i += 1
-            continue
-        first, last = toks[i], toks[i + n - 1]
-        new = _Tok(str(value))
-        new.pre, new.post = first.pre, last.post
-        changes.append(f"number: {' '.join(spoken)} -> {value}")
-        out.append(new)
-        i += n
-        # "ten gigabytes" → "10 GB" only where the KB writes "GB" and never "gigabytes".
-        if i < len(toks):
-            unit = toks[i]
-            abbr = _UNIT_ABBR.get(unit.low)
-            if abbr and (abbr.lower() in vocab.lower_words or abbr == "dollars") and unit.low not in vocab.lower_words:
-                changes.append(f"unit: {unit.core} -> {abbr}")
-                unit.core = abbr
-    return out
-
-
-def _joins(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
+def _joins(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
     """Adjacent words whose concatenation is a KB term ("e sim" → "eSIM", "pay pal" → "PayPal")."""
-    out: list[_Tok] = []
+    out: list[Tok] = []
     i = 0
     common = common_words()
     while i < len(toks):
@@ -332,7 +192,7 @@ def _joins(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
                     term, how = cand, "repair"
             if term is None or " " in term:
                 continue
-            new = _Tok(term)
+            new = Tok(term)
             new.pre, new.post = grp[0].pre, grp[-1].post
             changes.append(f"{how}: {' '.join(g.core for g in grp)} -> {term}")
             out.append(new)
@@ -345,11 +205,11 @@ def _joins(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
     return out
 
 
-def _spelled_letters(toks: list[_Tok], changes: list[str]) -> list[_Tok]:
+def _spelled_letters(toks: list[Tok], changes: list[str]) -> list[Tok]:
     """Letters spelled out one by one ("q r code", "the u k") become the abbreviation they spell.
     Runs the KB knows were already joined by `_joins` ("a p n" -> "APN"); a lone "a" or "I" at the
     edge of a run is an ordinary word, not a letter."""
-    out: list[_Tok] = []
+    out: list[Tok] = []
     i = 0
     while i < len(toks):
         j = i
@@ -364,7 +224,7 @@ def _spelled_letters(toks: list[_Tok], changes: list[str]) -> list[_Tok]:
             run.pop()
             j -= 1
         if len(run) >= 2:
-            new = _Tok("".join(t.core for t in run).upper())
+            new = Tok("".join(t.core for t in run).upper())
             new.post = run[-1].post
             changes.append(f"spelled: {' '.join(t.core for t in run)} -> {new.core}")
             out.append(new)
@@ -387,7 +247,7 @@ def _money(text: str, changes: list[str]) -> str:
     return _MONEY.sub(repl, text)
 
 
-def _repairs(toks: list[_Tok], changes: list[str], vocab: _Vocab) -> list[_Tok]:
+def _repairs(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
     common = common_words()
     for t in toks:
         core = t.core
@@ -421,13 +281,13 @@ def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None) -> 
     (`Engine.vocabulary(role)`), which decide joins and repairs."""
     changes: list[str] = []
     vocab = _vocab(vocabulary)
-    toks = _tokens(text or "")
+    toks = tokens(text or "")
     toks = _drop_fillers(toks, changes)
-    toks = _spoken_numbers(toks, changes, vocab)
+    toks = spoken_numbers(toks, changes, vocab.lower_words)
     toks = _joins(toks, changes, vocab)
     toks = _spelled_letters(toks, changes)
     toks = _repairs(toks, changes, vocab)
-    out = _money(_join(toks), changes)
+    out = _money(join_tokens(toks), changes)
     if out and out[0].islower() and text and text.lstrip()[:1].isupper():
         out = out[0].upper() + out[1:]
     return Normalized(text=out, changes=changes)

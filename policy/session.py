@@ -180,7 +180,7 @@ class Session:
         message, citations = compose(outcome, heard.question, cfg)
         decision = Decision(action=outcome.action, message=message, citations=citations,
                             missing_information=outcome.missing_information, reasons=outcome.reasons,
-                            evidence_status=outcome.evidence_status, risk_level=outcome.risk_level,  # type: ignore[arg-type]
+                            evidence_status=outcome.evidence_status, risk_level=outcome.risk_level,
                             confidence=round(outcome.confidence, 3), policy_version=eng.policy_version,
                             kb_version=eng.kb_version)
         timings["compose"] = _ms(t)

@@ -33,7 +33,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from voice_agent.tts import TtsClient, speakable  # noqa: E402  (path set up above)
+from voice_agent.stages.tts import TtsClient, speakable  # noqa: E402  (path set up above)
 
 SEED = 20260201
 RATE = 16000

@@ -11,7 +11,7 @@ from kb.units import units_of_text as sentences
 from policy.decision import Action, Citation, Decision, Reason
 from policy.engine import Engine
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.unit  # the real engine on the sample KB: ~2 s with its embeddings cached
 DATE = dt.date(2026, 11, 29)
 
 

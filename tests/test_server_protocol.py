@@ -11,13 +11,14 @@ import base64
 import json
 import time
 import urllib.request
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pytest
 
 from policy.decision import Action, Decision, Handoff, Reason
+from voice_agent.call.events import (AudioChunk, AudioEnd, AudioStart, ClearEvent, DecisionEvent,
+                                     TranscriptEvent, TransferEvent)
 from voice_agent.transport.protocol import ERROR_CODES, ProtocolError, event_schemas, parse_client_event
 from voice_agent.transport.server import ServerState, open_server, server_port
 from voice_agent.transport.config import ServerConfig, ServerConfigError, load_server_config
@@ -26,45 +27,7 @@ pytestmark = [pytest.mark.server]
 
 
 # ------------------------------------------------------------------------------ fake call
-
-@dataclass
-class TranscriptEvent:
-    text: str
-    final: bool
-
-
-@dataclass
-class DecisionEvent:
-    decision: Decision
-
-
-@dataclass
-class AudioStart:
-    id: int
-    sample_rate: int
-    encoding: str
-
-
-@dataclass
-class AudioChunk:
-    id: int
-    data: bytes
-
-
-@dataclass
-class AudioEnd:
-    id: int
-
-
-@dataclass
-class ClearEvent:
-    pass
-
-
-@dataclass
-class TransferEvent:
-    handoff: Handoff
-
+# The fake call emits the real call events, so it cannot drift from what the server reads.
 
 _END = object()
 
@@ -114,7 +77,7 @@ class FakeCall:
 
     async def _turn(self, text: str) -> None:
         self.voiced_ms = self.quiet_ms = 0
-        await self.q.put(TranscriptEvent(text, True))
+        await self.q.put(TranscriptEvent(text=text, final=True))
         await asyncio.sleep(self.turn_delay)
         transfer = "human" in text
         handoff = Handoff(id="h123", team="billing", summary="wants a human") if transfer else None
@@ -122,20 +85,20 @@ class FakeCall:
                      message="Connecting you." if transfer else f"You said {text}.",
                      reasons=[Reason.human_requested if transfer else Reason.grounded_answer], handoff=handoff,
                      debug={"secret": "x"})
-        await self.q.put(DecisionEvent(d))
+        await self.q.put(DecisionEvent(decision=d))
         self.reply_id += 1
         rate = self.config["output_rate"]
-        await self.q.put(AudioStart(self.reply_id, rate, self.config["output_encoding"]))
+        await self.q.put(AudioStart(id=str(self.reply_id), sample_rate=rate, encoding=self.config["output_encoding"]))
         self.playing = True
         tone = (0.3 * np.sin(np.arange(rate // 5) * 2 * np.pi * 440 / rate)).astype(np.float32)
         from voice_agent.audio import float_to_pcm16, mulaw_encode
 
         data = mulaw_encode(tone) if self.config["output_encoding"] == "mulaw" else float_to_pcm16(tone)
         for i in range(0, len(data), 1000):
-            await self.q.put(AudioChunk(self.reply_id, data[i : i + 1000]))
-        await self.q.put(AudioEnd(self.reply_id))
+            await self.q.put(AudioChunk(id=str(self.reply_id), data=data[i : i + 1000]))
+        await self.q.put(AudioEnd(id=str(self.reply_id)))
         if transfer:
-            await self.q.put(TransferEvent(handoff))
+            await self.q.put(TransferEvent(handoff=handoff))
 
     async def events(self):
         while True:

@@ -1,7 +1,7 @@
 """speakable() and split_sentences(): written text -> what the voice should say."""
 import pytest
 
-from voice_agent.tts import _quick_start, speakable, split_sentences
+from voice_agent.stages.speech_text import quick_start, speakable, split_sentences
 
 pytestmark = pytest.mark.unit
 
@@ -108,8 +108,8 @@ def test_split_sentences_cuts_very_long_sentences():
     assert " ".join(parts).count("clause number") == 12
 
 
-def test_quick_start_cuts_long_first_sentence_at_comma():
-    assert _quick_start(["Sure thing, your refund takes five to ten days.", "Bye."]) == [
+def testquick_start_cuts_long_first_sentence_at_comma():
+    assert quick_start(["Sure thing, your refund takes five to ten days.", "Bye."]) == [
         "Sure thing,", "your refund takes five to ten days.", "Bye."]
-    assert _quick_start(["Yes, it does."]) == ["Yes, it does."]  # short: left alone
-    assert _quick_start([]) == []
+    assert quick_start(["Yes, it does."]) == ["Yes, it does."]  # short: left alone
+    assert quick_start([]) == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voice_agent.tts import TtsClient, TtsPool, TtsUnavailable
+from voice_agent.stages.tts import TtsClient, TtsPool, TtsUnavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.audio, pytest.mark.timeout(180)]
@@ -170,7 +170,7 @@ def test_worker_protocol_on_raw_pipes():
         b'{"id": 3, "sentences": ["One.", "Two."]}',
         b'{"op": "quit"}',
     ]) + b"\n"
-    proc = subprocess.run([sys.executable, "-m", "voice_agent.tts_worker"], input=requests,
+    proc = subprocess.run([sys.executable, "-m", "voice_agent.stages.tts_worker"], input=requests,
                           capture_output=True, cwd=ROOT, timeout=120,
                           env=dict(os.environ, HF_HUB_OFFLINE="1"))
     assert proc.returncode == 0, proc.stderr.decode()[-500:]
@@ -184,7 +184,7 @@ def test_worker_protocol_on_raw_pipes():
 
 
 def test_worker_unknown_voice_exits_nonzero():
-    proc = subprocess.run([sys.executable, "-m", "voice_agent.tts_worker", "--voice", "nobody"],
+    proc = subprocess.run([sys.executable, "-m", "voice_agent.stages.tts_worker", "--voice", "nobody"],
                           input=b"", capture_output=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and proc.stdout == b""
     assert b"unknown voice 'nobody'" in proc.stderr
@@ -209,7 +209,7 @@ def test_piper_speech_transcribes_back(tts):
 
 
 def test_pool_workers_run_niced_on_one_thread_each():
-    from voice_agent.tts import TTS_NICE, TtsPool
+    from voice_agent.stages.tts import TTS_NICE, TtsPool
 
     pool = TtsPool(2).start()
     try:

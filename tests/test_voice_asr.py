@@ -1,4 +1,4 @@
-"""voice_agent.asr: real faster-whisper tiny.en on real and synthetic speech; confidence rules."""
+"""voice_agent.stages.asr: real faster-whisper tiny.en on real and synthetic speech; confidence rules."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from voice_agent.asr import AsrError, LowConfidenceRule, Transcriber, build_prompt, looks_repetitive, resolve_model
+from voice_agent.stages.asr import AsrError, LowConfidenceRule, Transcriber, build_prompt, looks_repetitive, resolve_model
 from voice_agent.audio import load_audio
 
 SR = 16000
@@ -62,7 +62,7 @@ def test_low_confidence_rule():
 def test_unknown_model_and_missing_base(monkeypatch):
     with pytest.raises(AsrError, match="unknown ASR model"):
         resolve_model("huge-v9")
-    import voice_agent.asr as asr
+    import voice_agent.stages.asr as asr
 
     monkeypatch.setattr(asr, "_find_package_dir", lambda name: None)
     with pytest.raises(AsrError, match=r"pip install \.\[base-asr\]"):

@@ -1,4 +1,4 @@
-"""voice_agent.bargein with real speech: fires on the caller, not on the agent's own echo."""
+"""voice_agent.stages.bargein with real speech: fires on the caller, not on the agent's own echo."""
 from __future__ import annotations
 
 import shutil
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_agent.audio import load_audio
-from voice_agent.bargein import BargeInDetector
+from voice_agent.stages.bargein import BargeInDetector
 
 pytestmark = [pytest.mark.audio, pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")]
 SR = 16000

@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from policy.decision import Action, Decision, Handoff, Reason
-from voice_agent.asr import AsrResult
+from voice_agent.stages.asr import AsrResult
 from voice_agent.audio import float_to_pcm16, load_audio, pcm16_to_float, resample
 from voice_agent.call import CallConfig, CallSession, VoiceRuntime
-from voice_agent.tts import TtsChunk, TtsUnavailable
+from voice_agent.interfaces import ManualClock
+from voice_agent.stages.tts import TtsChunk, TtsUnavailable
 
 SR = 16000
 has_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")
@@ -34,7 +35,6 @@ class FakeSession:
         self.rechecked = 0
         self.recorded: list[dict] = []
         self.session_id = "fake"
-        self.engine = SimpleNamespace(config=SimpleNamespace(default_team="customer_care"))
         self.previews: list[str] = []
         self.preview_message: str | None = None
         self.preview_delay = 0.0
@@ -103,6 +103,7 @@ class FakeSession:
 class FakeEngine:
     def __init__(self, session):
         self._s = session
+        self.config = SimpleNamespace(default_team="customer_care")
 
     def session(self, role="public", facets=None):
         return self._s
@@ -142,11 +143,11 @@ class FakeTts:
         pass
 
 
-def make(session=None, asr=None, tts=None, **cfg) -> tuple[CallSession, FakeSession, FakeAsr, FakeTts]:
+def make(session=None, asr=None, tts=None, clock=None, **cfg) -> tuple[CallSession, FakeSession, FakeAsr, FakeTts]:
     session = session or FakeSession()
     asr = asr or FakeAsr()
     tts = tts if tts is not None else FakeTts()
-    rt = VoiceRuntime(FakeEngine(session), asr, tts)
+    rt = VoiceRuntime(FakeEngine(session), asr, tts, clock=clock)
     return rt.new_call(config=CallConfig(**cfg)), session, asr, tts
 
 
@@ -410,6 +411,21 @@ async def paced(call: CallSession, x: np.ndarray, chunk: int = 320):
     return events
 
 
+async def simulated(call: CallSession, x: np.ndarray, chunk: int = 320):
+    """Feed 20 ms chunks on simulated time: each advances the call's clock by 20 ms, then lets the
+    work started at a pause finish, as on a machine that never falls behind. Deterministic."""
+    events = []
+    task = asyncio.create_task(_gather(call, events))
+    for i in range(0, len(x), chunk):
+        call.clock.advance(min(chunk, len(x) - i) / SR)
+        await call.feed_audio(float_to_pcm16(x[i : i + chunk]))
+        await call.settle()
+    await call.end_of_input()
+    await call.close()
+    await task
+    return events
+
+
 def one_reply(events) -> bool:
     return sum(e.type == "audio_start" for e in events) == 1 and sum(e.type == "audio_end" for e in events) == 1
 
@@ -434,7 +450,7 @@ def test_speculative_reply_is_ready_when_the_caller_stops(question_16k):
 
 @pytest.mark.audio
 def test_speech_after_the_pause_cancels_the_speculative_reply(question_16k):
-    from voice_agent.vad import speech_probabilities
+    from voice_agent.stages.vad import speech_probabilities
 
     p = speech_probabilities(question_16k)  # espeak leaves silence after the words: cut it
     q = question_16k[: (int(np.flatnonzero(p > 0.5)[-1]) + 2) * 512]
@@ -488,7 +504,7 @@ def test_speculative_transfer_signals_the_stored_handoff_after_its_audio(questio
 @pytest.mark.unit
 def test_dropped_speculative_render_closes_its_iterator():
     """A render nobody speaks is cancelled and closes the TTS iterator (releasing the worker)."""
-    from voice_agent.call import _Render
+    from voice_agent.call import Render as _Render
 
     async def scenario():
         tts = SlowTts(delay=0.1)
@@ -518,20 +534,20 @@ class PartsAsr(FakeAsr):
 
 
 def _trimmed(q: np.ndarray) -> np.ndarray:
-    from voice_agent.vad import speech_probabilities
+    from voice_agent.stages.vad import speech_probabilities
 
     p = speech_probabilities(q)  # espeak leaves silence after the words: cut it
     return q[: (int(np.flatnonzero(p > 0.5)[-1]) + 2) * 512]
 
 
-@pytest.mark.audio
+@pytest.mark.unit
 @pytest.mark.parametrize("text, early", [("How do I reset my router?", True),
                                          ("I want to reset my router.", False),  # a statement: wait
                                          ("How do I reset my", False)])
 def test_a_finished_question_ends_the_turn_before_the_full_silence(question_16k, text, early):
     q = _trimmed(question_16k)
-    call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False)
-    ev = asyncio.run(paced(call, np.concatenate([q, np.zeros(SR, np.float32)])))
+    call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False, clock=ManualClock())
+    ev = asyncio.run(simulated(call, np.concatenate([q, np.zeros(SR, np.float32)])))
     t = call.timings[0]
     assert t["early_end"] == (1.0 if early else 0.0) and one_reply(ev)
     turn_end = ev[0]  # the transcript follows the turn end at once (speculative ASR)
@@ -541,23 +557,26 @@ def test_a_finished_question_ends_the_turn_before_the_full_silence(question_16k,
     assert call2_cfg.early_end_ms < call2_cfg.end_silence_ms
 
 
-@pytest.mark.audio
+@pytest.mark.unit
 def test_early_end_saves_the_difference_in_silence(question_16k):
     q = _trimmed(question_16k)
     x = np.concatenate([q, np.zeros(SR, np.float32)])
     ends = {}
     for text in ("How do I reset my router?", "I want to reset my router."):
-        call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False)
+        call, session, asr, tts = make(asr=FakeAsr(text), tts=SlowTts(delay=0.05), barge_in=False,
+                                       clock=ManualClock())
         got = []
         orig = call._turns.put_nowait
         call._turns.put_nowait = lambda turn, got=got, orig=orig: (got.append(len(turn.audio)), orig(turn))[1]
-        asyncio.run(paced(call, x))
+        asyncio.run(simulated(call, x))
         ends[text] = got[0] / SR
     saved = ends["I want to reset my router."] - ends["How do I reset my router?"]
-    assert 0.12 <= saved <= 0.22  # 500 ms vs ~300-350 ms of trailing silence
+    # end_silence_ms - early_end_ms of audio, to within one 32 ms VAD frame (simulated time: exact)
+    cfg = CallConfig()
+    assert abs(saved - (cfg.end_silence_ms - cfg.early_end_ms) / 1000) <= 0.032, saved
 
 
-@pytest.mark.audio
+@pytest.mark.unit
 @pytest.mark.parametrize("barge_in", [True, False])
 def test_caller_going_on_after_an_early_end_makes_one_turn(question_16k, barge_in):
     q = _trimmed(question_16k)
@@ -565,8 +584,9 @@ def test_caller_going_on_after_an_early_end_makes_one_turn(question_16k, barge_i
     x = np.concatenate([q, gap, q, np.zeros(SR, np.float32)])
     session = FakeSession(message=lambda text: f"About: {text}")
     asr = PartsAsr(split_s=len(q) / SR + 0.5)
-    call, session, asr, tts = make(session=session, asr=asr, tts=SlowTts(delay=0.05), barge_in=barge_in)
-    ev = asyncio.run(paced(call, x))
+    call, session, asr, tts = make(session=session, asr=asr, tts=SlowTts(delay=0.05), barge_in=barge_in,
+                                   clock=ManualClock())
+    ev = asyncio.run(simulated(call, x))
     # The first part was decided (and audited), then superseded: the session was put back
     # and the whole utterance decided as one turn, from both parts' audio.
     assert [t for t, _ in session.turns] == [asr.first, asr.whole]
@@ -581,14 +601,14 @@ def test_caller_going_on_after_an_early_end_makes_one_turn(question_16k, barge_i
     assert [e.type for e in ev][-1] == "audio_end" and ev[-1].id == starts[1]
 
 
-@pytest.mark.audio
+@pytest.mark.unit
 def test_a_new_question_after_the_continuation_window_is_its_own_turn(question_16k):
     q = _trimmed(question_16k)
     gap = np.zeros(int(1.6 * SR), np.float32)
     x = np.concatenate([q, gap, q, np.zeros(SR, np.float32)])
     call, session, asr, tts = make(asr=FakeAsr("How do I reset my router?"), tts=SlowTts(delay=0.05),
-                                   barge_in=False)
-    ev = asyncio.run(paced(call, x))
+                                   barge_in=False, clock=ManualClock())
+    ev = asyncio.run(simulated(call, x))
     assert len(session.turns) == 2 and not session.restored
     assert sum(e.type == "audio_end" for e in ev) == 2
 

@@ -1,7 +1,7 @@
-"""voice_agent.turn_end: when a transcript reads as a finished turn."""
+"""voice_agent.stages.turn_end: when a transcript reads as a finished turn."""
 import pytest
 
-from voice_agent.turn_end import reads_complete
+from voice_agent.stages.turn_end import reads_complete
 
 pytestmark = pytest.mark.unit
 

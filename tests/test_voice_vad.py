@@ -1,4 +1,4 @@
-"""voice_agent.vad: the silero model frame by frame, endpointing, turn splitting (real model)."""
+"""voice_agent.stages.vad: the silero model frame by frame, endpointing, turn splitting (real model)."""
 from __future__ import annotations
 
 import shutil
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from voice_agent.audio import load_audio, read_wav
-from voice_agent.vad import FRAME, SileroStream, StreamingVad, speech_probabilities, split_turns
+from voice_agent.stages.vad import FRAME, SileroStream, StreamingVad, speech_probabilities, split_turns
 
 pytestmark = [pytest.mark.audio, pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="needs espeak-ng")]
 SR = 16000

@@ -162,13 +162,54 @@ async def run_load(url: str, audio: Any, rate: int, calls: int, stagger_ms: floa
     return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(calls))), timeout + 10)
 
 
+def _count_error(args: argparse.Namespace) -> str | None:
+    """What is out of range in --calls / --max-calls, if anything."""
+    if not 1 <= args.calls <= MAX_CALLS_LIMIT:
+        return f"--calls {args.calls}: must be 1..{MAX_CALLS_LIMIT}"
+    if args.max_calls is not None and not 1 <= args.max_calls <= 256:
+        return f"--max-calls {args.max_calls}: must be 1..256"
+    return None
+
+
+def _tally(results: list[Any]) -> tuple[list[float], int, int, int, dict[str, int]]:
+    """(first-turn latencies, calls with errors, busy rejections, answered calls, error counts by code)."""
+    lat: list[float] = []
+    errors, busy, answered = 0, 0, 0
+    error_codes: dict[str, int] = {}
+    for r in results:
+        if isinstance(r, Exception):
+            errors += 1
+            error_codes[type(r).__name__] = error_codes.get(type(r).__name__, 0) + 1
+            continue
+        if r.busy:
+            busy += 1
+            continue
+        bad = [e.get("code", "?") for e in r.errors] + ([f"close_{r.close_code}"] if r.close_code not in (1000, 1001) else [])
+        if not r.decisions:
+            bad.append("no_decision")
+        for code in bad:
+            error_codes[code] = error_codes.get(code, 0) + 1
+        if bad:
+            errors += 1
+        if r.latencies_ms:
+            answered += 1
+            lat.append(r.latencies_ms[0])
+    return lat, errors, busy, answered, error_codes
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    print(f"bench load: {summary['calls']} concurrent calls (server max {summary['max_calls']}), {summary['cores']} cores")
+    print(f"  end of speech -> first audio: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms, "
+          f"max {summary['max_ms']} ms over {summary['answered']} answered calls")
+    print(f"  errors {summary['errors']} {summary['error_codes'] or ''}  busy rejections {summary['busy']}")
+    print(f"  server RSS peak {summary['rss_mb']} MiB (idle {summary['rss_idle_mb']}, "
+          f"now incl. TTS worker {summary['rss_with_tts_mb']}); server exit {summary['server_exit']}")
+
+
 def cli(argv: list[str]) -> int:
     args = _parse(argv)
-    if not 1 <= args.calls <= MAX_CALLS_LIMIT:
-        print(f"error: --calls {args.calls}: must be 1..{MAX_CALLS_LIMIT}", file=sys.stderr)
-        return 2
-    if args.max_calls is not None and not 1 <= args.max_calls <= 256:
-        print(f"error: --max-calls {args.max_calls}: must be 1..256", file=sys.stderr)
+    if problem := _count_error(args):
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if err := kb_dir_error(args.kb):
         return fail(err)
@@ -203,27 +244,7 @@ def cli(argv: list[str]) -> int:
         finally:
             rc = stop_server(proc)
 
-    lat: list[float] = []
-    errors, busy, answered = 0, 0, 0
-    error_codes: dict[str, int] = {}
-    for r in results:
-        if isinstance(r, Exception):
-            errors += 1
-            error_codes[type(r).__name__] = error_codes.get(type(r).__name__, 0) + 1
-            continue
-        if r.busy:
-            busy += 1
-            continue
-        bad = [e.get("code", "?") for e in r.errors] + ([f"close_{r.close_code}"] if r.close_code not in (1000, 1001) else [])
-        if not r.decisions:
-            bad.append("no_decision")
-        for code in bad:
-            error_codes[code] = error_codes.get(code, 0) + 1
-        if bad:
-            errors += 1
-        if r.latencies_ms:
-            answered += 1
-            lat.append(r.latencies_ms[0])
+    lat, errors, busy, answered, error_codes = _tally(results)
     summary = {
         "calls": args.calls, "max_calls": args.max_calls or 4, "answered": answered,
         "p50_ms": _percentile(lat, 50), "p95_ms": _percentile(lat, 95), "max_ms": max(lat) if lat else None,
@@ -231,13 +252,9 @@ def cli(argv: list[str]) -> int:
         "rss_mb": rss_peak, "rss_now_mb": rss_now, "rss_idle_mb": idle_rss, "rss_with_tts_mb": tree,
         "cores": os.cpu_count(), "wall_s": round(wall, 1), "server_exit": rc, "wav": str(wav.name),
         "goal_p95_ms": GOAL_P95_MS,
-        "goal_met": bool(lat) and _percentile(lat, 95) <= GOAL_P95_MS and errors == 0,
+        "goal_met": bool(lat) and (_percentile(lat, 95) or 0.0) <= GOAL_P95_MS and errors == 0,
     }
-    print(f"bench load: {args.calls} concurrent calls (server max {summary['max_calls']}), {summary['cores']} cores")
-    print(f"  end of speech -> first audio: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms, "
-          f"max {summary['max_ms']} ms over {len(lat)} answered calls")
-    print(f"  errors {errors} {error_codes or ''}  busy rejections {busy}")
-    print(f"  server RSS peak {rss_peak} MiB (idle {idle_rss}, now incl. TTS worker {tree}); server exit {rc}")
+    _print_summary(summary)
     if args.json:
         print(json.dumps(summary))
     return 0 if errors == 0 and rc == 0 else 1

@@ -16,11 +16,14 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from kb.loader import kb_dir_error
 from policy.cli import fail
+
+if TYPE_CHECKING:
+    from .call import CallConfig
 
 SR = 16000
 CHUNK = SR // 50  # 20 ms
@@ -52,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
     """Seconds where each caller turn's speech ends in a 16 kHz recording."""
-    from .vad import StreamingVad
+    from .stages.vad import StreamingVad
 
     vad = StreamingVad(end_silence_ms=end_silence_ms, pause_ms=None)
     ends: list[float] = []
@@ -162,19 +165,17 @@ def _peak_rss_mb(runtime: Any) -> float:
     return mine
 
 
-def cli(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def _load_recordings(args: argparse.Namespace) -> list[tuple[Path, np.ndarray, list[float]]] | None:
+    """The recordings to replay (16 kHz) with their speech ends; None (after saying why) when
+    there are none or one cannot be read."""
     from .audio import AudioError, read_wav, resample
 
-    kb = Path(args.kb)
-    if err := kb_dir_error(kb):
-        return fail(err)
     folder = Path(args.calls) if args.calls else (
         Path("fixtures/audio/calls") if Path("fixtures/audio/calls").is_dir() else Path("fixtures/audio"))
     files = sorted(folder.glob("*.wav")) if folder.is_dir() else []
     if not files:
         print(f"error: {folder}: no .wav recordings found", file=sys.stderr)
-        return 2
+        return None
     if args.limit and len(files) > args.limit:
         idx = np.linspace(0, len(files) - 1, args.limit).round().astype(int)  # spread over the buckets
         files = [files[i] for i in sorted(set(idx))]
@@ -184,13 +185,59 @@ def cli(argv: list[str]) -> int:
             x, sr = read_wav(f)
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
-            return 2
+            return None
         x = resample(x, sr, SR)
         recordings.append((f, x, speech_ends(x, args.end_silence_ms)))
+    return recordings
+
+
+def _call_config(args: argparse.Namespace) -> CallConfig:
+    from .call import CallConfig
+
+    # Barge-in is off here (the recordings' turns do not wait for the reply to finish), so replies
+    # render straight through as in replay: paced rendering would hold the TTS worker for the next turn.
+    return CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
+                      reply_lead_s=None,
+                      speculative_asr=not args.no_speculative,
+                      speculative_reply=not (args.no_speculative or args.no_speculative_reply),
+                      asr_repair=not args.no_asr_repair,
+                      early_end_ms=None if args.no_early_end else CallConfig().early_end_ms,
+                      pause_ms=args.pause_ms or CallConfig().pause_ms)
+
+
+def _share(rows: list[dict[str, float]], key: str) -> float:
+    """Fraction of turns where a 0/1 timing flag was set."""
+    return float(np.mean([r.get(key, 0.0) for r in rows]))
+
+
+def _print_text(result: dict[str, Any], raw: dict[str, float]) -> None:
+    """The human-readable report; `raw` holds the unrounded rates and sizes."""
+    stages = result["stages"]
+    print(f"\n{result['turns']} turns from {result['recordings']} recordings, ASR {result['asr_model']}, "
+          f"{result['cores']} cores")
+    print(f"{'stage':<16}{'p50 ms':>10}{'p95 ms':>10}")
+    for s in STAGES:
+        print(f"{s:<16}{stages[s]['p50']:>10.0f}{stages[s]['p95']:>10.0f}")
+    print(f"ASR real-time factor {raw['rtf']:.3f}; speculative ASR used on {raw['spec']:.0%} of turns, "
+          f"speculative reply audio on {raw['spec_reply']:.0%} (pause {result['pause_ms']} ms); turn ended early "
+          f"(after {result['early_end_ms']} ms of silence) on {raw['early']:.0%}; "
+          f"peak RSS {raw['rss']:.0f} MB (incl. TTS worker); load {raw['load_s']:.1f} s")
+    print("end of speech -> first reply audio: p50 {p50_ms:.0f} ms, p95 {p95_ms:.0f} ms (goal 600 / 900)"
+          .format(**result))
+
+
+def cli(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    kb = Path(args.kb)
+    if err := kb_dir_error(kb):
+        return fail(err)
+    recordings = _load_recordings(args)
+    if recordings is None:
+        return 2
 
     import tempfile
 
-    from .call import CallConfig, VoiceRuntime
+    from .call import VoiceRuntime
 
     state = args.state_dir or tempfile.mkdtemp(prefix="bench-voice-")
     t = time.perf_counter()
@@ -200,15 +247,7 @@ def cli(argv: list[str]) -> int:
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
     load_s = time.perf_counter() - t
-    # Barge-in is off here (the recordings' turns do not wait for the reply to finish), so replies
-    # render straight through as in replay: paced rendering would hold the TTS worker for the next turn.
-    config = CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
-                        reply_lead_s=None,
-                        speculative_asr=not args.no_speculative,
-                        speculative_reply=not (args.no_speculative or args.no_speculative_reply),
-                        asr_repair=not args.no_asr_repair,
-                        **({"early_end_ms": None} if args.no_early_end else {}),
-                        **({"pause_ms": args.pause_ms} if args.pause_ms else {}))
+    config = _call_config(args)
     rows: list[dict[str, float]] = []
     try:
         for f, x, ends in recordings:
@@ -228,26 +267,16 @@ def cli(argv: list[str]) -> int:
     from kb.bench import usable_cores
 
     cores = usable_cores()
-    spec = float(np.mean([r.get("asr_speculative", 0.0) for r in rows]))
-    spec_reply = float(np.mean([r.get("speculative_reply", 0.0) for r in rows]))
-    early = float(np.mean([r.get("early_end", 0.0) for r in rows]))
+    raw = {"rtf": rtf, "spec": _share(rows, "asr_speculative"), "spec_reply": _share(rows, "speculative_reply"),
+           "early": _share(rows, "early_end"), "rss": rss, "load_s": load_s}
     result = {"p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
               "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
-              "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(spec, 2),
-              "speculative_reply_hit_rate": round(spec_reply, 2), "pause_ms": config.pause_ms,
-              "early_end_rate": round(early, 2), "early_end_ms": config.early_end_ms,
+              "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(raw["spec"], 2),
+              "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
+              "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
               "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
     if not args.json:
-        print(f"\n{len(rows)} turns from {len(recordings)} recordings, ASR {args.asr_model}, {cores} cores")
-        print(f"{'stage':<16}{'p50 ms':>10}{'p95 ms':>10}")
-        for s in STAGES:
-            print(f"{s:<16}{stages[s]['p50']:>10.0f}{stages[s]['p95']:>10.0f}")
-        print(f"ASR real-time factor {rtf:.3f}; speculative ASR used on {spec:.0%} of turns, "
-              f"speculative reply audio on {spec_reply:.0%} (pause {config.pause_ms} ms); turn ended early "
-              f"(after {config.early_end_ms} ms of silence) on {early:.0%}; "
-              f"peak RSS {rss:.0f} MB (incl. TTS worker); load {load_s:.1f} s")
-        print("end of speech -> first reply audio: p50 {p50_ms:.0f} ms, p95 {p95_ms:.0f} ms (goal 600 / 900)"
-              .format(**result))
+        _print_text(result, raw)
     else:
         print(json.dumps(result))
     return 0

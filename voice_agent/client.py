@@ -17,6 +17,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,191 @@ def speech_ends(x: np.ndarray, rate: int, *, gap_ms: int = 500, floor_db: float 
     return ends
 
 
+@dataclass
+class _Call:
+    """One streamed call in progress; `stream_call` drives it. The receiver and sender share
+    the result being filled in, the reply-audio summary counters and the call's identifiers."""
+
+    res: CallResult
+    x: np.ndarray  # caller audio at the wire rate, trailing quiet included
+    ends: set[int]  # sample indices where caller utterances end
+    n: int  # samples per frame
+    twilio: bool
+    token: str | None
+    caller: dict[str, str] | None
+    texts: list[str] | None
+    realtime: bool
+    sample_rate: int
+    on_event: Callable[[dict[str, Any]], None] | None
+    reply_audio: bytearray | None
+    t0: float = field(default_factory=time.monotonic)
+    stream_sid: str = field(default_factory=lambda: "MZ" + uuid.uuid4().hex)
+    call_sid: str = field(default_factory=lambda: "CA" + uuid.uuid4().hex)
+    pending_frames: list[int] = field(default_factory=lambda: [0, 0])  # frames, bytes since the last summary
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def emit(self, ev: dict[str, Any]) -> None:
+        self.res.events.append(ev)
+        if self.on_event:
+            self.on_event(ev)
+
+    def note_audio(self, nbytes: int) -> None:
+        res = self.res
+        t = self.now()
+        res.audio_frames += 1
+        res.audio_bytes += nbytes
+        self.pending_frames[0] += 1
+        self.pending_frames[1] += nbytes
+        for i, a in enumerate(res.first_audio_s):
+            if a is None and t >= res.speech_end_s[i]:
+                res.first_audio_s[i] = t
+
+    def summary(self, key: str, ident: Any) -> None:
+        """Emit one line standing for the reply audio frames received since the last one."""
+        pending = self.pending_frames
+        if pending[0]:
+            rate = self.res.reply_rate or 16000
+            per_sample = 1 if self.twilio else 2
+            self.emit({key: "audio_frames", "id": ident, "frames": pending[0], "bytes": pending[1],
+                       "seconds": round(pending[1] / per_sample / rate, 3)})
+            pending[0] = pending[1] = 0
+
+    async def receive(self, ws: Any) -> None:
+        async for msg in ws:
+            if isinstance(msg, bytes):  # native reply audio
+                self.note_audio(len(msg))
+                if self.reply_audio is not None:
+                    self.reply_audio.extend(msg)
+                continue
+            try:
+                ev = json.loads(msg)
+            except ValueError:
+                self.emit({"type": "unparsed", "text": msg[:200]})
+                continue
+            if self.twilio:
+                await self._on_twilio(ws, ev)
+            else:
+                await self._on_native(ws, ev)
+
+    async def _on_twilio(self, ws: Any, ev: dict[str, Any]) -> None:
+        from voice_agent.audio import float_to_pcm16, mulaw_decode
+
+        kind = ev.get("event")
+        if kind == "media":
+            data = base64.b64decode(ev.get("media", {}).get("payload", ""))
+            self.note_audio(len(data))
+            if self.reply_audio is not None:
+                self.reply_audio.extend(float_to_pcm16(mulaw_decode(data)))
+            return
+        if kind == "mark":
+            self.summary("event", ev.get("mark", {}).get("name"))
+            name = str(ev.get("mark", {}).get("name", ""))
+            if name.startswith("transfer:"):
+                self.res.transfers.append({"mark": name, "handoff_id": name.split(":", 1)[1]})
+            self.emit(ev)
+            # Twilio echoes a mark once the audio before it has played.
+            await ws.send(json.dumps({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}}))
+            return
+        if kind == "clear":
+            self.summary("event", None)
+        self.emit(ev)
+
+    async def _on_native(self, ws: Any, ev: dict[str, Any]) -> None:
+        res = self.res
+        kind = ev.get("type")
+        if kind == "audio":
+            res.reply_rate = int(ev.get("sample_rate") or 0)
+        elif kind == "audio_end":
+            self.summary("type", ev.get("id"))
+            await ws.send(json.dumps({"type": "played", "id": ev.get("id")}))
+        elif kind == "clear":
+            self.summary("type", None)
+        elif kind == "decision":
+            res.decisions.append(ev["decision"])
+        elif kind == "transcript" and ev.get("final"):
+            res.transcripts.append(ev.get("text", ""))
+        elif kind == "transfer":
+            res.transfers.append(ev.get("handoff") or {})
+        elif kind == "error":
+            res.errors.append(ev)
+            if ev.get("code") == "busy":
+                res.busy = True
+        self.emit(ev)
+
+    def _frame_message(self, i: int, chunk: np.ndarray) -> Any:
+        from voice_agent.audio import float_to_pcm16, mulaw_encode
+
+        if self.twilio:
+            return json.dumps({"event": "media", "sequenceNumber": str(i + 3), "streamSid": self.stream_sid,
+                               "media": {"track": "inbound", "chunk": str(i + 1),
+                                         "timestamp": str(i * FRAME_MS),
+                                         "payload": base64.b64encode(mulaw_encode(chunk)).decode()}})
+        return float_to_pcm16(chunk)
+
+    async def send_audio(self, ws: Any) -> None:
+        x, n = self.x, self.n
+        frames = len(x) // n + (1 if len(x) % n else 0)
+        start_t = time.monotonic()
+        for i in range(frames):
+            msg = self._frame_message(i, x[i * n : (i + 1) * n])
+            if self.realtime:
+                delay = start_t + i * FRAME_MS / 1000.0 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            await ws.send(msg)
+            end = (i + 1) * n
+            if any(i * n < e <= end for e in self.ends):
+                self.res.speech_end_s.append(self.now())
+                self.res.first_audio_s.append(None)
+            if not self.realtime and i % 50 == 49:
+                await asyncio.sleep(0)  # let the receiver run
+
+    async def _send_start(self, ws: Any) -> None:
+        if self.twilio:
+            await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
+            params = dict(self.caller or {})
+            if self.token:
+                params["token"] = self.token
+            await ws.send(json.dumps({
+                "event": "start", "sequenceNumber": "1", "streamSid": self.stream_sid,
+                "start": {"accountSid": "AC" + "0" * 32, "streamSid": self.stream_sid, "callSid": self.call_sid,
+                          "tracks": ["inbound"], "customParameters": params,
+                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
+        else:
+            start: dict[str, Any] = {"type": "start", "protocol": 1, "sample_rate": self.sample_rate,
+                                     "caller": dict(self.caller or {})}
+            if self.token:
+                start["token"] = self.token
+            await ws.send(json.dumps(start))
+
+    async def _send_stop(self, ws: Any) -> None:
+        if self.twilio:
+            await ws.send(json.dumps({"event": "stop", "sequenceNumber": "9999", "streamSid": self.stream_sid,
+                                      "stop": {"accountSid": "AC" + "0" * 32, "callSid": self.call_sid}}))
+        else:
+            await ws.send(json.dumps({"type": "stop"}))
+
+    async def conversation(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        recv_task = asyncio.create_task(self.receive(ws))
+        try:
+            await self._send_start(ws)
+            for text in self.texts or []:
+                await ws.send(json.dumps({"type": "text", "text": text}))
+            if len(self.x):
+                await self.send_audio(ws)
+            await self._send_stop(ws)
+        except ConnectionClosed:
+            pass  # the server ended the call early (busy, error): the receiver has the reason
+        try:
+            await recv_task
+        except ConnectionClosed:
+            pass
+
+
 async def stream_call(
     url: str,
     audio: np.ndarray | None = None,
@@ -89,160 +275,21 @@ async def stream_call(
 ) -> CallResult:
     """Run one call against `url`; returns when the server closes the connection."""
     from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed
 
-    from voice_agent.audio import float_to_pcm16, mulaw_decode, mulaw_encode, resample
+    from voice_agent.audio import resample
 
     wire_rate = 8000 if twilio else sample_rate
     x = np.zeros(0, dtype=np.float32) if audio is None else resample(np.asarray(audio, np.float32), audio_rate, wire_rate)
     ends = set(speech_ends(x, wire_rate)) if len(x) else set()
     if len(x) and tail_silence_s > 0:  # the server's endpointer needs trailing quiet to end the turn
         x = np.concatenate([x, np.zeros(int(tail_silence_s * wire_rate), np.float32)])
-    n = wire_rate * FRAME_MS // 1000
-    res = CallResult(reply_rate=8000 if twilio else 0)
-    t0 = time.monotonic()
-    now = lambda: time.monotonic() - t0  # noqa: E731
-    stream_sid, call_sid = "MZ" + uuid.uuid4().hex, "CA" + uuid.uuid4().hex
-    pending_frames = [0, 0]  # frames, bytes since the last summary
-
-    def emit(ev: dict[str, Any]) -> None:
-        res.events.append(ev)
-        if on_event:
-            on_event(ev)
-
-    def note_audio(nbytes: int) -> None:
-        t = now()
-        res.audio_frames += 1
-        res.audio_bytes += nbytes
-        pending_frames[0] += 1
-        pending_frames[1] += nbytes
-        for i, a in enumerate(res.first_audio_s):
-            if a is None and t >= res.speech_end_s[i]:
-                res.first_audio_s[i] = t
-
-    def summary(key: str, ident: Any) -> None:
-        if pending_frames[0]:
-            rate = res.reply_rate or 16000
-            per_sample = 1 if twilio else 2
-            emit({key: "audio_frames", "id": ident, "frames": pending_frames[0], "bytes": pending_frames[1],
-                  "seconds": round(pending_frames[1] / per_sample / rate, 3)})
-            pending_frames[0] = pending_frames[1] = 0
-
-    async def receive(ws: Any) -> None:
-        async for msg in ws:
-            if isinstance(msg, bytes):  # native reply audio
-                note_audio(len(msg))
-                if reply_audio is not None:
-                    reply_audio.extend(msg)
-                continue
-            try:
-                ev = json.loads(msg)
-            except ValueError:
-                emit({"type": "unparsed", "text": msg[:200]})
-                continue
-            if twilio:
-                kind = ev.get("event")
-                if kind == "media":
-                    data = base64.b64decode(ev.get("media", {}).get("payload", ""))
-                    note_audio(len(data))
-                    if reply_audio is not None:
-                        reply_audio.extend(float_to_pcm16(mulaw_decode(data)))
-                    continue
-                if kind == "mark":
-                    summary("event", ev.get("mark", {}).get("name"))
-                    name = str(ev.get("mark", {}).get("name", ""))
-                    if name.startswith("transfer:"):
-                        res.transfers.append({"mark": name, "handoff_id": name.split(":", 1)[1]})
-                    emit(ev)
-                    # Twilio echoes a mark once the audio before it has played.
-                    await ws.send(json.dumps({"event": "mark", "streamSid": stream_sid, "mark": {"name": name}}))
-                    continue
-                if kind == "clear":
-                    summary("event", None)
-                emit(ev)
-                continue
-            kind = ev.get("type")
-            if kind == "audio":
-                res.reply_rate = int(ev.get("sample_rate") or 0)
-            elif kind == "audio_end":
-                summary("type", ev.get("id"))
-                await ws.send(json.dumps({"type": "played", "id": ev.get("id")}))
-            elif kind == "clear":
-                summary("type", None)
-            elif kind == "decision":
-                res.decisions.append(ev["decision"])
-            elif kind == "transcript" and ev.get("final"):
-                res.transcripts.append(ev.get("text", ""))
-            elif kind == "transfer":
-                res.transfers.append(ev.get("handoff") or {})
-            elif kind == "error":
-                res.errors.append(ev)
-                if ev.get("code") == "busy":
-                    res.busy = True
-            emit(ev)
-
-    async def send_audio(ws: Any) -> None:
-        frames = len(x) // n + (1 if len(x) % n else 0)
-        start_t = time.monotonic()
-        for i in range(frames):
-            chunk = x[i * n : (i + 1) * n]
-            if twilio:
-                msg: Any = json.dumps({"event": "media", "sequenceNumber": str(i + 3), "streamSid": stream_sid,
-                                       "media": {"track": "inbound", "chunk": str(i + 1),
-                                                 "timestamp": str(i * FRAME_MS),
-                                                 "payload": base64.b64encode(mulaw_encode(chunk)).decode()}})
-            else:
-                msg = float_to_pcm16(chunk)
-            if realtime:
-                delay = start_t + i * FRAME_MS / 1000.0 - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            await ws.send(msg)
-            end = (i + 1) * n
-            if any(i * n < e <= end for e in ends):
-                res.speech_end_s.append(now())
-                res.first_audio_s.append(None)
-            if not realtime and i % 50 == 49:
-                await asyncio.sleep(0)  # let the receiver run
-
-    async def conversation(ws: Any) -> None:
-        recv_task = asyncio.create_task(receive(ws))
-        try:
-            if twilio:
-                await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
-                params = dict(caller or {})
-                if token:
-                    params["token"] = token
-                await ws.send(json.dumps({
-                    "event": "start", "sequenceNumber": "1", "streamSid": stream_sid,
-                    "start": {"accountSid": "AC" + "0" * 32, "streamSid": stream_sid, "callSid": call_sid,
-                              "tracks": ["inbound"], "customParameters": params,
-                              "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
-            else:
-                start: dict[str, Any] = {"type": "start", "protocol": 1, "sample_rate": sample_rate,
-                                         "caller": dict(caller or {})}
-                if token:
-                    start["token"] = token
-                await ws.send(json.dumps(start))
-            for text in texts or []:
-                await ws.send(json.dumps({"type": "text", "text": text}))
-            if len(x):
-                await send_audio(ws)
-            if twilio:
-                await ws.send(json.dumps({"event": "stop", "sequenceNumber": "9999", "streamSid": stream_sid,
-                                          "stop": {"accountSid": "AC" + "0" * 32, "callSid": call_sid}}))
-            else:
-                await ws.send(json.dumps({"type": "stop"}))
-        except ConnectionClosed:
-            pass  # the server ended the call early (busy, error): the receiver has the reason
-        try:
-            await recv_task
-        except ConnectionClosed:
-            pass
-
+    call = _Call(CallResult(reply_rate=8000 if twilio else 0), x, ends, wire_rate * FRAME_MS // 1000, twilio=twilio,
+                 token=token, caller=caller, texts=texts, realtime=realtime, sample_rate=sample_rate,
+                 on_event=on_event, reply_audio=reply_audio)
+    res = call.res
     async with connect(url, max_size=2**22, compression=None, open_timeout=10, close_timeout=5) as ws:
         try:
-            await asyncio.wait_for(conversation(ws), timeout_s)
+            await asyncio.wait_for(call.conversation(ws), timeout_s)
         finally:
             res.close_code = ws.close_code
             res.close_reason = ws.close_reason or ""
@@ -280,8 +327,33 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def _report(res: CallResult, reply: bytearray, out: str | None) -> int:
+    """Save the reply audio if asked, print the call summary; the exit code says whether the
+    call ended normally."""
+    from voice_agent.audio import AudioError, write_wav
+
+    if out and reply:
+        pcm = np.frombuffer(bytes(reply[: len(reply) - len(reply) % 2]), dtype="<i2")
+        try:
+            write_wav(out, pcm, res.reply_rate or 16000)
+        except AudioError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps({"type": "reply_saved", "path": str(Path(out)), "seconds": round(len(pcm) / (res.reply_rate or 16000), 2)}))
+    lat = res.latencies_ms
+    print(json.dumps({"type": "call_summary", "close_code": res.close_code, "decisions": len(res.decisions),
+                      "errors": [e.get("code") for e in res.errors], "latency_ms": lat}), flush=True)
+    if res.busy:
+        print("error: server busy (at its concurrent-call limit); try again later", file=sys.stderr)
+        return 1
+    if res.close_code not in (1000, 1001, None):
+        print(f"error: server closed the call with {res.close_code} {res.close_reason}".rstrip(), file=sys.stderr)
+        return 1
+    return 0
+
+
 def cli(argv: list[str]) -> int:
-    from voice_agent.audio import AudioError, read_wav, write_wav
+    from voice_agent.audio import AudioError, read_wav
 
     args = _parse(argv)
     caller: dict[str, str] = {}
@@ -325,21 +397,4 @@ def cli(argv: list[str]) -> int:
     except Exception as e:  # handshake refused (404, 426...), bad URL
         print(f"error: {args.url}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    if args.out and reply:
-        pcm = np.frombuffer(bytes(reply[: len(reply) - len(reply) % 2]), dtype="<i2")
-        try:
-            write_wav(args.out, pcm, res.reply_rate or 16000)
-        except AudioError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(json.dumps({"type": "reply_saved", "path": str(Path(args.out)), "seconds": round(len(pcm) / (res.reply_rate or 16000), 2)}))
-    lat = res.latencies_ms
-    print(json.dumps({"type": "call_summary", "close_code": res.close_code, "decisions": len(res.decisions),
-                      "errors": [e.get("code") for e in res.errors], "latency_ms": lat}), flush=True)
-    if res.busy:
-        print("error: server busy (at its concurrent-call limit); try again later", file=sys.stderr)
-        return 1
-    if res.close_code not in (1000, 1001, None):
-        print(f"error: server closed the call with {res.close_code} {res.close_reason}".rstrip(), file=sys.stderr)
-        return 1
-    return 0
+    return _report(res, reply, args.out)

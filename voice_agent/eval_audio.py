@@ -19,9 +19,6 @@ from .audio import float_to_pcm16, read_wav, resample
 
 CHUNK_MS = 20
 RATE = 16000
-# CallEvent classes (voice_agent.call) by name, so this reads the stream without importing them.
-_KINDS = {"TranscriptEvent": "transcript", "DecisionEvent": "decision", "AudioStart": "audio_start",
-          "AudioChunk": "audio_chunk", "AudioEnd": "audio_end", "ErrorEvent": "error"}
 SETTLE_TIMEOUT_S = 60.0  # a turn's ASR + policy + TTS on 2 busy cores stays well under this
 QUIET_S = 3.0
 
@@ -34,66 +31,81 @@ def default_config() -> Any:
     return CallConfig(input_rate=RATE, barge_in=False, reply_lead_s=None)
 
 
+class _Heard:
+    """What one call's event stream has said so far, and when it has settled."""
+
+    def __init__(self) -> None:
+        self.transcripts: list[str] = []
+        self.decisions: list[Decision] = []
+        self.audio_bytes: dict[Any, int] = {}
+        self.ended: set[Any] = set()
+        self.replies: list[Any] = []  # audio id per decision, in order
+        self.errors: list[str] = []
+        self.changed = asyncio.Event()
+
+    async def consume(self, call: Any) -> None:
+        async for ev in call.events():
+            kind = ev.type
+            if kind == "transcript" and getattr(ev, "final", True):
+                self.transcripts.append(ev.text)
+            elif kind == "decision":
+                self.decisions.append(ev.decision)
+            elif kind == "audio_start":
+                self.replies.append(ev.id)
+            elif kind == "audio_chunk":
+                self.audio_bytes[ev.id] = self.audio_bytes.get(ev.id, 0) + len(ev.data)
+            elif kind == "audio_end":
+                self.ended.add(ev.id)
+            elif kind == "error":
+                self.errors.append(f"{ev.code}: {ev.message}")
+            self.changed.set()
+
+    def playing(self) -> bool:
+        return any(r not in self.ended for r in self.replies)
+
+    async def settle(self, want: int) -> None:
+        """Wait until every one of `want` caller turns has its decision and finished reply audio.
+        Otherwise (VAD heard fewer turns, a reply never started) stop once nothing is playing and
+        the stream has been quiet for QUIET_S, or at SETTLE_TIMEOUT_S."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_TIMEOUT_S
+        while not (len(self.decisions) >= want and len(self.replies) >= len(self.decisions) and not self.playing()):
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            self.changed.clear()
+            idle = bool(self.decisions) and not self.playing()
+            try:
+                await asyncio.wait_for(self.changed.wait(), timeout=min(QUIET_S, left) if idle else left)
+            except asyncio.TimeoutError:
+                if idle:
+                    break
+
+    def problems(self) -> list[str]:
+        """Call errors, and decisions that produced no reply audio."""
+        problems = [f"audio: call error {e}" for e in self.errors]
+        replies = self.replies
+        silent = [i for i, _ in enumerate(self.decisions) if i >= len(replies) or not self.audio_bytes.get(replies[i])]
+        if silent:
+            problems.append(f"audio: no reply audio for turn(s) {[i + 1 for i in silent]}")
+        return problems
+
+
 async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str) -> tuple[list[str], list[Decision], list[str]]:
     pcm, sr = read_wav(wav_path)
     rate = RATE
     if sr != rate:
         pcm = resample(pcm, sr, rate)
     call = runtime.new_call(role=case.role(role), facets=case.caller.all_facets(), config=config)
-    transcripts: list[str] = []
-    decisions: list[Decision] = []
-    audio_bytes: dict[Any, int] = {}
-    ended: set[Any] = set()
-    replies: list[Any] = []  # audio id per decision, in order
-    errors: list[str] = []
-    changed = asyncio.Event()
-
-    async def consume() -> None:
-        async for ev in call.events():
-            kind = _KINDS.get(type(ev).__name__, getattr(ev, "type", ""))
-            if kind == "transcript" and getattr(ev, "final", True):
-                transcripts.append(ev.text)
-            elif kind == "decision":
-                decisions.append(ev.decision)
-            elif kind == "audio_start":
-                replies.append(ev.id)
-            elif kind == "audio_chunk":
-                audio_bytes[ev.id] = audio_bytes.get(ev.id, 0) + len(ev.data)
-            elif kind == "audio_end":
-                ended.add(ev.id)
-            elif kind == "error":
-                errors.append(f"{ev.code}: {ev.message}")
-            changed.set()
-
-    consumer = asyncio.create_task(consume())
+    heard = _Heard()
+    consumer = asyncio.create_task(heard.consume(call))
     try:
         step = rate * CHUNK_MS // 1000
         data = float_to_pcm16(pcm)
         for i in range(0, len(data), step * 2):
             await call.feed_audio(data[i:i + step * 2])
         await call.end_of_input()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_TIMEOUT_S
-
-        want = len(case.caller_turns)
-
-        def playing() -> bool:
-            return any(r not in ended for r in replies)
-
-        # Done when every caller turn has its decision and finished reply audio. Otherwise (VAD heard
-        # fewer turns, a reply never started) stop once nothing is playing and the stream has been
-        # quiet for QUIET_S.
-        while not (len(decisions) >= want and len(replies) >= len(decisions) and not playing()):
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            changed.clear()
-            idle = bool(decisions) and not playing()
-            try:
-                await asyncio.wait_for(changed.wait(), timeout=min(QUIET_S, left) if idle else left)
-            except asyncio.TimeoutError:
-                if idle:
-                    break
+        await heard.settle(len(case.caller_turns))
     finally:
         await call.close()
         consumer.cancel()
@@ -101,11 +113,7 @@ async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str)
             await consumer
         except (asyncio.CancelledError, Exception):  # the stream ends with the call
             pass
-    problems = [f"audio: call error {e}" for e in errors]
-    silent = [i for i, _ in enumerate(decisions) if i >= len(replies) or not audio_bytes.get(replies[i])]
-    if silent:
-        problems.append(f"audio: no reply audio for turn(s) {[i + 1 for i in silent]}")
-    return transcripts, decisions, problems
+    return heard.transcripts, heard.decisions, heard.problems()
 
 
 def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,

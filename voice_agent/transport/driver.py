@@ -11,15 +11,6 @@ from typing import Any
 from .state import LOG, log_event
 
 
-def event_kind(ev: Any) -> str:
-    """A CallEvent's kind by class name, so the driver does not depend on its `type` strings."""
-    return {
-        "TranscriptEvent": "transcript", "DecisionEvent": "decision", "AudioStart": "audio_start",
-        "AudioChunk": "audio_chunk", "AudioEnd": "audio_end", "ClearEvent": "clear",
-        "TransferEvent": "transfer", "ErrorEvent": "error",
-    }.get(type(ev).__name__, str(getattr(ev, "type", "unknown")))
-
-
 class CallDriver:
     """Runs one CallSession: forwards its events through `emit` (endpoint framing) and tracks
     what is in flight, so a stop or a shutdown can let the current turn finish first."""
@@ -53,7 +44,7 @@ class CallDriver:
         try:
             async for ev in self.call.events():
                 self.last_event = time.monotonic()
-                kind = event_kind(ev)
+                kind = ev.type  # every call event names its kind
                 if kind == "audio_start":
                     self.audio_open.add(ev.id)
                 elif kind == "audio_end":

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before_start, serve_connection
 from .driver import AudioGate, CallDriver
-from .protocol import (ERROR_CODES, PROTOCOL_VERSION, Audio, AudioEnd, Clear, DecisionOut, Error, Played,
+from .protocol import (ERROR_CODES, PROTOCOL_VERSION, ErrorCode, Audio, AudioEnd, Clear, DecisionOut, Error, Played,
                        ProtocolError, Ready, Start, Stop, Text, Transcript, Transfer, encode, parse_client_event)
 from .state import Fatal, ServerState, log_event
 from .config import ServerConfig
@@ -45,14 +45,18 @@ class NativeWire:
         elif kind == "transfer":
             await self.gate.transfer(ev.handoff)
         elif kind == "error":
-            code = ev.code if ev.code in ERROR_CODES else "call_failed"
-            await self.send(Error(code=code, message=str(ev.message)))
+            await self.send(wire_error(ev.code, str(ev.message)))
+
+
+def wire_error(code: str, message: str) -> Error:
+    """An `error` event; a code the protocol does not list goes out as `call_failed`."""
+    return Error(code=cast(ErrorCode, code) if code in ERROR_CODES else "call_failed", message=message)
 
 
 async def handle_native(ws: Any, state: ServerState) -> None:
     async def report(code: str, message: str) -> None:
         try:
-            await ws.send(encode(Error(code=code, message=message)))
+            await ws.send(encode(wire_error(code, message)))
         except Exception:
             pass  # the socket is already gone; the close that follows says why
 
@@ -111,7 +115,7 @@ def _message_handler(driver: CallDriver, wire: NativeWire, cfg: ServerConfig, ra
             return None
         except ProtocolError as e:
             errors += 1
-            await wire.send(Error(code=e.code, message=e.message))
+            await wire.send(wire_error(e.code, e.message))
             if errors >= cfg.max_protocol_errors:
                 raise Fatal("too_many_errors", f"{errors} protocol errors on this connection", 1008) from None
             return None

@@ -11,7 +11,11 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
-from policy.decision import Decision, Handoff
+from policy.decision import Decision
+
+# Call events that go on the wire as they are: one class each, shared with the call layer.
+from ..call.events import AudioEnd
+from ..call.events import TransferEvent as Transfer
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -143,22 +147,10 @@ class Audio(BaseModel):
     encoding: Literal["pcm16"] = "pcm16"
 
 
-class AudioEnd(BaseModel):
-    type: Literal["audio_end"] = "audio_end"
-    id: str | int
-
-
 class Clear(BaseModel):
     """The caller barged in: drop any reply audio not yet played."""
 
     type: Literal["clear"] = "clear"
-
-
-class Transfer(BaseModel):
-    """The call goes to a human; the handoff package is already stored server-side."""
-
-    type: Literal["transfer"] = "transfer"
-    handoff: Handoff
 
 
 class Error(BaseModel):

@@ -95,36 +95,22 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def cli(argv: list[str]) -> int:
-    args = _parse_args(argv)
-    if args.print_schemas:
-        print(json.dumps({"protocol": PROTOCOL_VERSION, "events": event_schemas()}, indent=2))
-        return 0
+def _args_error(args: argparse.Namespace) -> str | None:
+    """What is wrong with --kb / --port / --max-calls, if anything."""
     if not args.kb:
-        print("error: serve needs --kb DIR (the knowledge base to answer from)", file=sys.stderr)
-        return 2
+        return "serve needs --kb DIR (the knowledge base to answer from)"
     if err := kb_dir_error(args.kb):
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err
     if not (0 <= args.port <= 65535):
-        print(f"error: --port {args.port}: must be 0..65535", file=sys.stderr)
-        return 2
+        return f"--port {args.port}: must be 0..65535"
     if args.max_calls is not None and not 1 <= args.max_calls <= 256:
-        print(f"error: --max-calls {args.max_calls}: must be 1..256", file=sys.stderr)
-        return 2
-    try:
-        config = load_server_config(args.config)
-    except ServerConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    if args.max_calls is not None:
-        config = config.model_copy(update={"max_calls": args.max_calls})
-    tts_workers = args.tts_workers if args.tts_workers is not None else min(config.max_calls, 4)
-    if not 1 <= tts_workers <= 16:
-        print(f"error: --tts-workers {tts_workers}: must be 1..16", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        return f"--max-calls {args.max_calls}: must be 1..256"
+    return None
+
+
+def _load_runtime(args: argparse.Namespace, config: Any, tts_workers: int) -> Any | None:
+    """The voice runtime with its TTS worker(s); None (after saying why) when it cannot be loaded
+    or the config's tokens name roles no document uses."""
     try:
         from voice_agent.call import VoiceRuntime
 
@@ -134,19 +120,23 @@ def cli(argv: list[str]) -> int:
         if tts_workers > 1:
             # Concurrent calls: with one worker every reply waits for the whole previous reply
             # to render; a small pool lets replies start in parallel.
-            from voice_agent.tts import TtsPool
+            from voice_agent.stages.tts import TtsPool
 
             runtime.tts = TtsPool(tts_workers).start()
         unknown = sorted(set(config.tokens.values()) - runtime.engine.roles())
         if unknown:
             print(f"error: {args.config or 'server config'}: token role(s) {', '.join(unknown)} not used by any "
                   f"document of {args.kb} (known: {', '.join(sorted(runtime.engine.roles()))})", file=sys.stderr)
-            return 2
+            return None
         log_event("runtime_loaded", seconds=round(time.monotonic() - t0, 2), kb=args.kb, tts_workers=tts_workers)
     except Exception as e:  # a bad KB, a missing model package: one actionable line, no traceback
         print(f"error: cannot load the voice runtime for {args.kb}: {e}", file=sys.stderr)
-        return 2
+        return None
+    return runtime
 
+
+def _serve(args: argparse.Namespace, runtime: Any, config: Any) -> int:
+    """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
         state = ServerState(runtime, config, asr_model=args.asr_model)
         try:
@@ -166,3 +156,30 @@ def cli(argv: list[str]) -> int:
                 LOG.warning("runtime close failed", exc_info=True)
         logging.shutdown()  # flush the log handlers before the process exits
     return rc
+
+
+def cli(argv: list[str]) -> int:
+    args = _parse_args(argv)
+    if args.print_schemas:
+        print(json.dumps({"protocol": PROTOCOL_VERSION, "events": event_schemas()}, indent=2))
+        return 0
+    if problem := _args_error(args):
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        config = load_server_config(args.config)
+    except ServerConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.max_calls is not None:
+        config = config.model_copy(update={"max_calls": args.max_calls})
+    tts_workers = args.tts_workers if args.tts_workers is not None else min(config.max_calls, 4)
+    if not 1 <= tts_workers <= 16:
+        print(f"error: --tts-workers {tts_workers}: must be 1..16", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    runtime = _load_runtime(args, config, tts_workers)
+    if runtime is None:
+        return 2
+    return _serve(args, runtime, config)

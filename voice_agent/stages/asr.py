@@ -129,9 +129,9 @@ def assemble_base_model(cache_dir: Path | None = None) -> Path:
             with open(part, "rb") as src:
                 shutil.copyfileobj(src, f, 1 << 20)
     for name in ("config.json", "tokenizer.json", "vocabulary.json", "vocabulary.txt", "preprocessor_config.json"):
-        src = p2 / "data" / name
-        if src.is_file():
-            shutil.copyfile(src, out / name)
+        extra = p2 / "data" / name
+        if extra.is_file():
+            shutil.copyfile(extra, out / name)
     os.replace(tmp, model_bin)  # atomic: a concurrent reader never sees half a model
     return out
 

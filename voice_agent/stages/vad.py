@@ -14,7 +14,7 @@ from typing import Literal
 
 import numpy as np
 
-from voice_agent.audio import resample
+from ..audio import resample
 
 SAMPLE_RATE = 16000
 FRAME = 512  # new samples per model call (32 ms)
@@ -111,7 +111,7 @@ class VadEvent:
 
 
 @dataclass
-class _Turn:
+class _Utterance:
     start_frame: int
     frames: list[np.ndarray] = field(default_factory=list)
     last_speech_frame: int = 0
@@ -145,7 +145,7 @@ class StreamingVad:
         self._history: list[np.ndarray] = []  # recent frames while idle: pre-roll + candidate
         self._candidate: int | None = None  # frame where unconfirmed speech began
         self._candidate_speech = 0
-        self._turn: _Turn | None = None
+        self._turn: _Utterance | None = None
         self.last_prob = 0.0
 
     @property
@@ -223,7 +223,7 @@ class StreamingVad:
         start = self._candidate
         first = self._frame_no - len(self._history) + 1  # frame number of _history[0]
         keep_from = max(0, start - self.pre_roll_frames - first)
-        turn = _Turn(start_frame=start, frames=self._history[keep_from:], last_speech_frame=self._frame_no)
+        turn = _Utterance(start_frame=start, frames=self._history[keep_from:], last_speech_frame=self._frame_no)
         self._turn = turn
         self._history = []
         self._candidate = None

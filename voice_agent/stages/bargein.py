@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from voice_agent.vad import FRAME, SAMPLE_RATE, SileroStream
+from .vad import FRAME, SAMPLE_RATE, SileroStream
 
 
 @dataclass

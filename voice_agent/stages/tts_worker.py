@@ -1,10 +1,10 @@
 """Piper TTS worker process: the only module in the project that imports piper.
 
 piper-tts is GPL-3.0 and this project is MIT, so speech synthesis runs in its own process
-and talks to the MIT side (`voice_agent.tts.TtsClient`) over a small pipe protocol. Nothing
+and talks to the MIT side (`voice_agent.stages.tts.TtsClient`) over a small pipe protocol. Nothing
 else in the project imports this module; it is started as
 
-    python -m voice_agent.tts_worker [--voice joe]
+    python -m voice_agent.stages.tts_worker [--voice joe]
 
 Protocol (version 1)
 --------------------
@@ -143,7 +143,7 @@ def _render(voice: Any, req: dict, cancelled: set, writer: FrameWriter) -> None:
     else:
         writer.send({"kind": "error", "id": rid, "message": "'sentences' must be a list of strings"})
         return
-    syn = SynthesisConfig(**{k: float(req[k]) for k in _SYN_KEYS if req.get(k) is not None})
+    syn = SynthesisConfig(**{k: float(req[k]) for k in _SYN_KEYS if req.get(k) is not None})  # type: ignore[arg-type]  # float fields only
     index = 0
     was_cancelled = False
     for piece in pieces:
@@ -171,7 +171,7 @@ def _render(voice: Any, req: dict, cancelled: set, writer: FrameWriter) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m voice_agent.tts_worker",
+    parser = argparse.ArgumentParser(prog="python -m voice_agent.stages.tts_worker",
                                      description="Piper TTS worker speaking the frame protocol on stdout.")
     parser.add_argument("--voice", default="joe", help="voice name (default: joe)")
     parser.add_argument("--threads", type=int, default=0,

@@ -1,0 +1,37 @@
+"""How one call behaves: endpointing, speculation, early end, barge-in and the audio formats."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+
+class CallConfig(BaseModel):
+    end_silence_ms: int = 500
+    max_turn_s: float = 30.0
+    asr_model: str = "tiny.en"
+    input_rate: int = 16000
+    output_rate: int = 16000
+    output_encoding: Literal["pcm16", "mulaw"] = "pcm16"
+    barge_in: bool = True
+    speculative_asr: bool = True  # transcribe at the first pause, before the turn ends
+    speculative_reply: bool = True  # also preview the decision and render its audio at the pause
+    # Render a reply at most this many seconds ahead of its playback (None: as fast as possible).
+    # Live calls pace so concurrent calls share the CPU for first sentences, not for audio nobody
+    # has heard yet (a barge-in would throw it away); replays and evaluation render straight through.
+    reply_lead_s: float | None = 2.0
+    # When a turn would be refused for lack of evidence, transcribe it once more with the KB's
+    # terms as whisper's prompt; use that transcript only if it stays close to the first one and
+    # finds evidence ("light payment fee" -> "late payment fee"). The policy still checks it all.
+    asr_repair: bool = True
+    pause_ms: int = 200
+    # End the turn after this much silence instead of `end_silence_ms` when the transcript made
+    # at the pause reads as a finished sentence and its reply is ready (None: always wait).
+    early_end_ms: int | None = 300
+    # A caller who starts speaking again within this many seconds of such an early end was not
+    # finished: the reply stops, and both parts are transcribed and decided as one turn. (Speech
+    # is confirmed `min_speech_ms` after it starts, so this covers pauses of up to ~1 s in all.)
+    continuation_s: float = 0.9
+    vad_threshold: float = 0.5
+    min_speech_ms: int = 200
+    pre_roll_ms: int = 200

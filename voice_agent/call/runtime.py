@@ -1,0 +1,75 @@
+"""Process-wide warm models, shared by all calls: the policy engine, the ASR model and the TTS
+worker (piper runs in its own process; see stages/tts.py)."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from policy.engine import Engine
+
+from ..interfaces import Clock, MonotonicClock, Synthesizer, Transcriber
+from ..stages.asr import Transcriber as WhisperTranscriber
+from ..stages.asr import build_prompt
+from ..stages.tts import TtsClient
+from .config import CallConfig
+from .session import CallSession
+
+
+class VoiceRuntime:
+    """Process-wide warm models, shared by all calls."""
+
+    def __init__(self, engine: Engine, transcriber: Transcriber, tts: Synthesizer | None, asr_model: str = "tiny.en",
+                 clock: Clock | None = None):
+        self.engine = engine
+        self.transcriber = transcriber
+        self.tts = tts
+        self.clock: Clock = clock or MonotonicClock()
+        self.asr_model = asr_model
+        self._prompts: dict[str, str | None] = {}
+
+    @classmethod
+    def load(cls, kb_dir: str | Path, *, asr_model: str = "tiny.en", state_dir: str | Path = "var",
+             policy_file: str | Path | None = None, tts: bool = True) -> "VoiceRuntime":
+        engine = Engine.load(kb_dir, policy_file=policy_file, state_dir=state_dir)
+        transcriber = WhisperTranscriber(asr_model, vocabulary=engine.vocabulary("public"))
+        client = None
+        if tts:
+            client = TtsClient()
+            threading.Thread(target=_start_quietly, args=(client,), daemon=True).start()  # loads in parallel
+        transcriber.warmup()
+        if client is not None:
+            client.start()
+        return cls(engine, transcriber, client, asr_model)
+
+    def vocabulary(self, role: str) -> list[str]:
+        return self.engine.vocabulary(role)  # cached per role by the engine
+
+    def repair_prompt(self, role: str) -> str | None:
+        """KB terms (visible to this role) for the second-pass transcription of a refused turn."""
+        key = f"repair:{role}"
+        if key not in self._prompts:
+            self._prompts[key] = build_prompt(self.vocabulary(role))
+        return self._prompts[key]
+
+    def asr_prompt(self, role: str) -> str | None:
+        """ASR bias per role: a caller never gets a restricted document's words in the prompt."""
+        if getattr(self.transcriber, "bias", "prompt") != "prompt":
+            return None
+        if role not in self._prompts:
+            self._prompts[role] = build_prompt(self.vocabulary(role))
+        return self._prompts[role]
+
+    def new_call(self, *, role: str = "public", facets: dict[str, str] | None = None,
+                 config: CallConfig | None = None) -> "CallSession":
+        return CallSession(self, role=role, facets=facets, config=config or CallConfig(asr_model=self.asr_model))
+
+    def close(self) -> None:
+        if self.tts is not None:
+            self.tts.close()
+
+
+def _start_quietly(client: TtsClient) -> None:
+    try:
+        client.start()
+    except Exception:  # noqa: BLE001 - retried (and reported) by the synchronous start
+        pass
