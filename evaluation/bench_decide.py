@@ -11,6 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from kb.measure import peak_rss_mb, percentile
+from kb.loader import load_kb
+from kb.retrieve import Retriever
+from kb.synthetic import synthetic_queries, write_synthetic_kb
+from policy.config import load_policy_config
+from policy.engine import Engine
+
 
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="run.py bench decide", description=__doc__.splitlines()[0])
@@ -19,14 +26,6 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--no-dense", action="store_true")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    from kb.bench import peak_rss_mb, percentile
-    from kb.loader import load_kb
-    from kb.retrieve import Retriever
-    from kb.synthetic import synthetic_queries, write_synthetic_kb
-
-    from policy.config import load_policy_config
-    from policy.engine import Engine
-
     with tempfile.TemporaryDirectory(prefix="decide-bench-") as tmp:
         write_synthetic_kb(Path(tmp) / "kb", args.sections)
         t0 = time.perf_counter()

@@ -24,12 +24,13 @@ from typing import Any
 
 import yaml
 
+from kb.loader import kb_dir_error
 from kb.models import RetrievalUnavailable
+from policy.config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
+from policy.engine import Engine
 
 from .cases import Case, CasesError, load_cases
-from policy.config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
-from .evaluate import one_line, evaluate, scratch
-from kb.loader import kb_dir_error
+from .evaluate import check_kb_loaded, evaluate, one_line, scratch
 
 # Candidate values around the shipped defaults: 3^4 = 81 settings, a minute on 2 cores. The answer
 # threshold is not here: it follows from the costs.
@@ -232,11 +233,7 @@ def cli(argv: list[str]) -> int:
             raise CasesError(err)
         cases = load_cases(args.cases)
         split_cases(cases, args.dev_fraction, args.seed)  # validates the fraction before loading models
-        from policy.engine import Engine
-
         engine = Engine.load(kb, policy_file=args.policy_file, state_dir=state_dir)
-        from .evaluate import check_kb_loaded
-
         check_kb_loaded(engine, kb)
         report = calibrate(engine, cases, seed=args.seed, dev_fraction=args.dev_fraction, progress=not args.json and sys.stderr.isatty())
         if args.write:

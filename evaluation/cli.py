@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from .cases import CasesError
+from .corpus import Engines, discover, format_corpus, leave_one_out, save_corpus_chart, worst
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
+from .train import fit_on_domains
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,14 +34,10 @@ def _parser() -> argparse.ArgumentParser:
 def _fitter(args: argparse.Namespace) -> Any:
     if args.no_refit:
         return None
-    from .train import fit_on_domains
-
     return fit_on_domains
 
 
 def corpus_cli(argv: list[str]) -> int:
-    from .corpus import Engines, discover, format_corpus, leave_one_out, save_corpus_chart, worst
-
     args = _parser().parse_args(argv)
     try:
         domains = discover(args.corpus)

@@ -15,6 +15,7 @@ import yaml
 
 from evaluation.cases import CaseFile, CasesError, load_cases
 from evaluation.evaluate import costs_of, evaluate, scratch
+from policy.engine import Engine
 
 from .leaks import LeakCheck
 
@@ -72,8 +73,6 @@ class Engines:
 
     def get(self, d: Domain) -> Any:
         if d.name not in self._engines:
-            from policy.engine import Engine
-
             engine = Engine.load(d.kb, state_dir=self._state / d.name, dense=self.dense,
                                  on_date=d.cases.today or dt.date.today())
             self._engines[d.name] = scratch(engine)
@@ -153,10 +152,10 @@ def _fmt(v: Any) -> str:
 
 
 def save_corpus_chart(per: dict[str, dict[str, Any]], path: Path) -> Path:
-    import matplotlib  # heavy: only when a chart is asked for
+    import matplotlib  # heavy, optional: only when a chart is asked for
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy, optional: same
 
     names = list(per)
     series = [("case_pass_rate", "case pass"), ("action_accuracy", "action accuracy"),

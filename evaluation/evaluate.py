@@ -15,13 +15,15 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .cases import Case, CasesError, load_cases
+from kb.loader import effective_status, kb_dir_error
 from policy.cli import iso_date
 from policy.config import Costs
 from policy.decision import Action, Decision
-from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
+from policy.engine import Engine
 from policy.numbers import number_values
-from kb.loader import kb_dir_error
+
+from .cases import Case, CasesError, load_cases
+from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
 
 POLICIES = ("gated", "threshold", "minimal")
 # (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
@@ -48,8 +50,6 @@ def _doc_status(engine: Any, doc_id: str, hits_status: dict[str, str]) -> str:
     doc = engine.kb.docs.get(doc_id)
     if doc is None:
         return "missing"
-    from kb.loader import effective_status  # kb is below policy: a plain dependency
-
     return getattr(effective_status(doc, _today(engine), engine.kb), "value", "active")
 
 
@@ -207,10 +207,10 @@ def format_compare(per_policy: dict[str, dict[str, Any]]) -> str:
 
 
 def save_confusion_png(metrics: dict[str, Any], path: Path, title: str) -> Path:
-    import matplotlib  # heavy: only when a PNG is asked for
+    import matplotlib  # heavy, optional: only when a PNG is asked for
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy, optional: same
 
     labels = metrics["confusion"]["labels"]
     m = metrics["confusion"]["rows_expected_cols_actual"]
@@ -269,8 +269,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:
-    from policy.engine import Engine
-
     return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
                        on_date=args.date)
 

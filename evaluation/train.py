@@ -20,7 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from evaluation.cases import Case, CasesError
+from evaluation.corpus import Engines, discover
 from policy.decision import Action
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree
@@ -97,8 +100,7 @@ def capture(engine: Any, cases: list[Case], domain: str) -> list[Example]:
 
 def fit(examples: list[Example], *, trees: int = 150, depth: int = 3, rate: float = 0.05) -> Scorer:
     """Gradient-boosted trees (scikit-learn) exported to the scorer's own format."""
-    import numpy as np
-    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.ensemble import GradientBoostingClassifier  # heavy, optional: scikit-learn, only to fit
 
     if len({e.label for e in examples}) < 2:
         raise ValueError("need both answering and non-answering sections to fit the scorer")
@@ -175,7 +177,7 @@ def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]
 
 
 def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
-    from sklearn.linear_model import LogisticRegression
+    from sklearn.linear_model import LogisticRegression  # heavy, optional: scikit-learn, only to fit
 
     if len({y for _, y in pairs}) < 2:
         return (1.0, 0.0)
@@ -185,8 +187,6 @@ def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
 
 
 def cli(argv: list[str]) -> int:
-    from .corpus import Engines, discover
-
     p = argparse.ArgumentParser(prog="run.py train", description="Fit the answerability scorer on a corpus.")
     p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
     p.add_argument("--write", action="store_true", help=f"write the scorer to {DEFAULT_MODEL_FILE.name}")

@@ -24,6 +24,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "Retriever":
+        # lazy (documented design): kb.retrieve pulls numpy, the embedder and the indexes
         from .retrieve import Retriever
 
         return Retriever

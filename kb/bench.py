@@ -8,13 +8,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["cli", "run_bench", "percentile", "peak_rss_mb"]
+import numpy as np
+
+from . import cache as emb_cache
+from .measure import peak_rss_mb, percentile
+from .embed import load_embedder
+from .loader import load_kb
+from .retrieve import Retriever, section_embed_text
+from .synthetic import synthetic_queries, write_synthetic_kb
+
+__all__ = ["cli", "run_bench"]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,35 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, where the OS has one)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process (every benchmark reports it)."""
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return round(kb / 1024 if sys.platform != "darwin" else kb / 1024 / 1024, 1)
-
-
-def percentile(xs: list[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation), None for no samples; shared by all benchmarks."""
-    if not xs:
-        return None
-    import numpy as np
-
-    return float(np.percentile(np.asarray(xs, dtype=np.float64), q))
-
-
 def _prefill_cache(kb, cache_dir: Path, sample: int, seed: int) -> dict:
     """Real embeddings for `sample` sections, random unit vectors for the rest, written to
     the cache the Retriever reads, so its start skips embedding the rest."""
-    import numpy as np
-
-    from . import cache as emb_cache
-    from .embed import load_embedder
-    from .retrieve import section_embed_text
-
     emb = load_embedder()
     texts = [section_embed_text(kb.docs[s.doc_id].title, s) for s in kb.sections]
     n = min(sample, len(texts))
@@ -80,10 +62,6 @@ def _prefill_cache(kb, cache_dir: Path, sample: int, seed: int) -> dict:
 
 def run_bench(sections: int, queries: int, dense: bool, engine: str, role: str = "public",
               seed: int = 7, cache_dir: Path | None = None, dense_sample: int | None = None) -> dict:
-    from .loader import load_kb
-    from .retrieve import Retriever
-    from .synthetic import synthetic_queries, write_synthetic_kb
-
     with tempfile.TemporaryDirectory(prefix="kb-bench-") as tmp:
         t0 = time.perf_counter()
         write_synthetic_kb(Path(tmp) / "kb", sections, seed=seed)

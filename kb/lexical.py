@@ -114,7 +114,7 @@ class RankBM25Index:
         self._bm25 = None
 
     def build(self, corpus: Sequence[Sequence[str]]) -> "RankBM25Index":
-        from rank_bm25 import BM25Okapi
+        from rank_bm25 import BM25Okapi  # optional: only for the rank-bm25 engine
 
         self.size = len(corpus)
         # BM25Okapi divides by the corpus size: an empty corpus simply scores nothing.

@@ -144,7 +144,7 @@ class Retriever:
             return arr
         bar = None
         if progress and len(texts) > 200:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional: only for a progress bar
 
             bar = tqdm(total=len(texts), desc="embedding KB sections", unit="sec", file=sys.stderr)
         try:

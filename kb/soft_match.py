@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from .cache import cache_root, load_embeddings, save_embeddings
 from .models import Hit
 from .tokenize import STOPWORDS, content_terms
 
@@ -61,8 +62,6 @@ class SoftMatcher:
     def prime(self, texts: list[str], kb_version: str, model_id: str, progress: bool = False) -> int:
         """Embed every content word of the KB once, through the on-disk cache, so a turn only embeds
         the caller's own unseen words. Returns how many words are now cached."""
-        from .cache import cache_root, load_embeddings, save_embeddings
-
         words = sorted({w for t in texts for w in _surface_terms(t)})
         if not words:
             return 0
@@ -71,7 +70,7 @@ class SoftMatcher:
         if vecs is None:
             bar = None
             if progress and len(words) > 500:
-                from tqdm import tqdm
+                from tqdm import tqdm  # optional: only for a progress bar
 
                 bar = tqdm(total=len(words), desc="embedding KB words", unit="word", file=sys.stderr)
             chunks = []

@@ -190,7 +190,7 @@ def tokenize(text: str) -> list[str]:
     t = _normalize(text)
     if not has_cjk(t):
         return _latin_tokens(t)
-    import jieba  # lazy: only for Chinese text
+    import jieba  # heavy, optional: loads a dictionary; only for Chinese text
 
     jieba.setLogLevel(60)  # it logs dictionary loading at INFO on first use
 

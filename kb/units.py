@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from .cache import cache_root, load_embeddings, save_embeddings
 from .models import Section
 
 _SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*$£€])")
@@ -117,8 +118,6 @@ class UnitIndex:
         return self._units.get(locator, [])
 
     def build(self, progress: bool = False) -> None:
-        from .cache import cache_root, load_embeddings, save_embeddings
-
         with self._lock:
             if self._matrix is not None:
                 return
@@ -135,7 +134,7 @@ class UnitIndex:
     def _embed_all(self, progress: bool) -> np.ndarray:
         bar = None
         if progress and len(self._texts) > 300:
-            from tqdm import tqdm
+            from tqdm import tqdm  # optional: only for a progress bar
 
             bar = tqdm(total=len(self._texts), desc="embedding KB sentences", unit="sent", file=sys.stderr)
         chunks = []

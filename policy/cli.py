@@ -6,7 +6,11 @@ import datetime as dt
 import json
 import sys
 from pathlib import Path
-from kb.loader import kb_dir_error
+
+from kb.loader import KBNotFound, kb_dir_error
+
+from .config import PolicyConfigError
+from .engine import Engine, UnknownRole
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -45,19 +49,14 @@ def parse_facets(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def load_engine(args: argparse.Namespace, **kw):  # noqa: ANN201 - Engine, imported lazily
+def load_engine(args: argparse.Namespace) -> Engine:
     """Load the engine for a CLI command, turning bad input into one-line errors."""
-    from kb.loader import KBNotFound
-
-    from .config import PolicyConfigError
-    from .engine import Engine
-
     on_date = getattr(args, "date", None)
     if err := writable_dir(getattr(args, "state_dir", "var")):
         raise SystemExit(fail(err))
     try:
         engine = Engine.load(args.kb, policy_file=getattr(args, "policy_file", None),
-                             state_dir=getattr(args, "state_dir", "var"), on_date=on_date, **kw)
+                             state_dir=getattr(args, "state_dir", "var"), on_date=on_date)
     except (KBNotFound, PolicyConfigError) as exc:
         raise SystemExit(fail(str(exc)))
     for problem in engine.kb.problems:
@@ -91,8 +90,6 @@ def cli(argv: list[str]) -> int:
         return fail(str(exc))
     state = _load_state(args.session) if args.session else {}
     engine = load_engine(args)
-    from .engine import UnknownRole
-
     try:
         session = engine.session(role=args.role or state.get("role", "public"),
                                  facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),

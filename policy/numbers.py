@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from text_to_num import alpha2digit
+
 # Spoken measures that are a number and a unit in one word.
 _MEASURES = {"fortnight": "14 days", "fortnights": "14 days", "half an hour": "30 minutes",
              "half a day": "12 hours", "a dozen": "12", "a couple of": "2", "a hundred": "100",
@@ -71,8 +73,6 @@ _SMALL_RX = re.compile(r"\b(" + "|".join(_SMALL) + r")\b", re.I)
 @lru_cache(maxsize=4096)
 def words_to_digits(text: str) -> str:
     """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
-    from text_to_num import alpha2digit
-
     t = _MEASURE_RX.sub(lambda m: _MEASURES[m.group(1).lower()], text)
     try:
         t = alpha2digit(t, "en")

@@ -15,6 +15,7 @@ from kb.models import Hit, RetrievalResult, RetrievalUnavailable
 from kb.tokenize import content_terms
 
 from . import recheck
+from .baselines import BASELINES  # the naive designs, run side by side by the evaluation
 from .compose import compose
 from .decision import Action, Decision, Reason
 from .gates import GateOutcome, TurnFacts, decide
@@ -168,8 +169,6 @@ class Session:
         eng, cfg = self.engine, self.engine.config
         t = time.perf_counter()
         if self.policy != "gated":
-            from .baselines import BASELINES  # the naive designs, for side-by-side evaluation
-
             decision = BASELINES[self.policy](heard.normalized, result, cfg, {"text": heard.question})
             timings["policy"] = _ms(t)
             return None, decision.model_copy(update={"policy_version": f"{self.policy}-baseline",

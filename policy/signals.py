@@ -6,6 +6,8 @@ import re
 from functools import lru_cache
 from typing import Iterable
 
+from kb.tokenize import STOPWORDS, content_terms
+
 from .config import PolicyConfig
 from .language import normalize_text
 
@@ -39,8 +41,6 @@ def approval_action(text: str, cfg: PolicyConfig) -> str | None:
 def lexicon_words(pattern: str) -> str:
     """The words a lexicon pattern is written with ("\\b(sue|lawyer|legal action)\\b" -> "sue lawyer
     legal action"): what the matched action is about, to search the KB with."""
-    from kb.tokenize import STOPWORDS
-
     text = re.sub(r"\[([^\]])[^\]]*\]", r"\1", pattern)  # a character class reads as its first letter
     text = re.sub(r"\\[a-zA-Z]|\{[^}]*\}|[*+]", " ", text)
     text = re.sub(r"(\w)'?\?", r"\1", text)  # "didn'?t" -> "didnt", "charged?" -> "charged"
@@ -66,8 +66,6 @@ def _phrase(phrase: str) -> re.Pattern[str]:
 
 
 def _next_term(text: str, end: int) -> str | None:
-    from kb.tokenize import content_terms
-
     m = re.match(r"\s+([a-z][a-z'-]*)", text[end:])
     terms = content_terms(m.group(1)) if m else []
     return terms[0] if terms else None

@@ -5,6 +5,7 @@ float32 mono in [-1, 1]; bytes on the wire are PCM16 little-endian or μ-law.
 """
 from __future__ import annotations
 
+import io
 import math
 import struct
 import wave
@@ -171,8 +172,6 @@ def _as_int16(pcm: np.ndarray) -> np.ndarray:
 def wav_bytes(pcm: np.ndarray, sample_rate: int) -> bytes:
     """A complete PCM16 WAV file in memory. `pcm`: float in [-1, 1] or int16; 1-D mono or
     (frames, channels)."""
-    import io
-
     buf = io.BytesIO()
     _write(buf, pcm, sample_rate)
     return buf.getvalue()

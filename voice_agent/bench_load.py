@@ -21,8 +21,14 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from kb.measure import percentile
 from kb.loader import kb_dir_error
 from policy.cli import fail
+from voice_agent.audio import AudioError, read_wav
+from voice_agent.client import stream_call
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CALLS_LIMIT = 64
@@ -46,8 +52,6 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _percentile(xs: list[float], q: float) -> float | None:
-    from kb.bench import percentile
-
     v = percentile(xs, q)
     return None if v is None else round(v, 1)
 
@@ -85,8 +89,6 @@ def default_wav(tmp: Path) -> Path:
     manifest = audio / "manifest.yaml"
     if manifest.exists():
         try:
-            import yaml
-
             files = (yaml.safe_load(manifest.read_text()) or {}).get("files") or []
             clean = [f for f in files if isinstance(f, dict) and f.get("bucket") == "direct_evidence"
                      and f.get("kind") == "question" and not f.get("noise") and not f.get("telephone")]
@@ -150,8 +152,6 @@ def stop_server(proc: subprocess.Popen, timeout: float = 30.0) -> int:
 
 
 async def run_load(url: str, audio: Any, rate: int, calls: int, stagger_ms: float, timeout: float) -> list[Any]:
-    from voice_agent.client import stream_call
-
     async def one(i: int) -> Any:
         await asyncio.sleep(i * stagger_ms / 1000.0)
         try:
@@ -213,8 +213,6 @@ def cli(argv: list[str]) -> int:
         return 2
     if err := kb_dir_error(args.kb):
         return fail(err)
-    from voice_agent.audio import AudioError, read_wav
-
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp_s:
         tmp = Path(args.state_dir or tmp_s)
         tmp.mkdir(parents=True, exist_ok=True)

@@ -13,17 +13,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
+
+from kb.measure import percentile, usable_cores
 from kb.loader import kb_dir_error
 from policy.cli import fail
 
-if TYPE_CHECKING:
-    from .call import CallConfig
+from .audio import AudioError, float_to_pcm16, read_wav, resample
+from .call import CallConfig, VoiceRuntime
+from .stages.vad import StreamingVad
 
 SR = 16000
 CHUNK = SR // 50  # 20 ms
@@ -55,8 +60,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
     """Seconds where each caller turn's speech ends in a 16 kHz recording."""
-    from .stages.vad import StreamingVad
-
     vad = StreamingVad(end_silence_ms=end_silence_ms, pause_ms=None)
     ends: list[float] = []
     evs = vad.feed(pcm) + vad.feed(np.zeros(SR, np.float32)) + vad.flush()
@@ -78,15 +81,11 @@ def speech_ends(pcm: np.ndarray, end_silence_ms: int) -> list[float]:
 
 
 def _pct(xs: list[float], q: float) -> float:
-    from kb.bench import percentile
-
     v = percentile(xs, q)
     return float("nan") if v is None else v
 
 
 async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) -> list[dict[str, float]]:
-    from .audio import float_to_pcm16
-
     call = runtime.new_call(config=config)
     first_audio: list[float] = []  # wall time of each reply's first audio byte
     done = asyncio.Event()
@@ -151,8 +150,6 @@ def _turn_summary(row: dict[str, float]) -> str:
 
 
 def _peak_rss_mb(runtime: Any) -> float:
-    import resource
-
     mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     pid = getattr(runtime.tts, "pid", None) if runtime.tts is not None else None
     if pid:
@@ -168,8 +165,6 @@ def _peak_rss_mb(runtime: Any) -> float:
 def _load_recordings(args: argparse.Namespace) -> list[tuple[Path, np.ndarray, list[float]]] | None:
     """The recordings to replay (16 kHz) with their speech ends; None (after saying why) when
     there are none or one cannot be read."""
-    from .audio import AudioError, read_wav, resample
-
     folder = Path(args.calls) if args.calls else (
         Path("fixtures/audio/calls") if Path("fixtures/audio/calls").is_dir() else Path("fixtures/audio"))
     files = sorted(folder.glob("*.wav")) if folder.is_dir() else []
@@ -192,8 +187,6 @@ def _load_recordings(args: argparse.Namespace) -> list[tuple[Path, np.ndarray, l
 
 
 def _call_config(args: argparse.Namespace) -> CallConfig:
-    from .call import CallConfig
-
     # Barge-in is off here (the recordings' turns do not wait for the reply to finish), so replies
     # render straight through as in replay: paced rendering would hold the TTS worker for the next turn.
     return CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
@@ -235,10 +228,6 @@ def cli(argv: list[str]) -> int:
     if recordings is None:
         return 2
 
-    import tempfile
-
-    from .call import VoiceRuntime
-
     state = args.state_dir or tempfile.mkdtemp(prefix="bench-voice-")
     t = time.perf_counter()
     try:
@@ -264,8 +253,6 @@ def cli(argv: list[str]) -> int:
     stages = {s: {"p50": round(_pct([r[s] for r in rows if s in r], 50), 1),
                   "p95": round(_pct([r[s] for r in rows if s in r], 95), 1)} for s in STAGES}
     rtf = float(np.mean([r["asr_rtf"] for r in rows if "asr_rtf" in r]))
-    from kb.bench import usable_cores
-
     cores = usable_cores()
     raw = {"rtf": rtf, "spec": _share(rows, "asr_speculative"), "spec_reply": _share(rows, "speculative_reply"),
            "early": _share(rows, "early_end"), "rss": rss, "load_s": load_s}

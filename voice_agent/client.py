@@ -23,6 +23,11 @@ from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, Field
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from voice_agent.audio import (AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, read_wav, resample,
+                               write_wav)
 
 __all__ = ["CallResult", "stream_call", "speech_ends", "cli"]
 
@@ -141,8 +146,6 @@ class _Call:
                 await self._on_native(ws, ev)
 
     async def _on_twilio(self, ws: Any, ev: dict[str, Any]) -> None:
-        from voice_agent.audio import float_to_pcm16, mulaw_decode
-
         kind = ev.get("event")
         if kind == "media":
             data = base64.b64decode(ev.get("media", {}).get("payload", ""))
@@ -186,8 +189,6 @@ class _Call:
         self.emit(ev)
 
     def _frame_message(self, i: int, chunk: np.ndarray) -> Any:
-        from voice_agent.audio import float_to_pcm16, mulaw_encode
-
         if self.twilio:
             return json.dumps({"event": "media", "sequenceNumber": str(i + 3), "streamSid": self.stream_sid,
                                "media": {"track": "inbound", "chunk": str(i + 1),
@@ -239,8 +240,6 @@ class _Call:
             await ws.send(json.dumps({"type": "stop"}))
 
     async def conversation(self, ws: Any) -> None:
-        from websockets.exceptions import ConnectionClosed
-
         recv_task = asyncio.create_task(self.receive(ws))
         try:
             await self._send_start(ws)
@@ -274,10 +273,6 @@ async def stream_call(
     timeout_s: float = 120.0,
 ) -> CallResult:
     """Run one call against `url`; returns when the server closes the connection."""
-    from websockets.asyncio.client import connect
-
-    from voice_agent.audio import resample
-
     wire_rate = 8000 if twilio else sample_rate
     x = np.zeros(0, dtype=np.float32) if audio is None else resample(np.asarray(audio, np.float32), audio_rate, wire_rate)
     ends = set(speech_ends(x, wire_rate)) if len(x) else set()
@@ -330,8 +325,6 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _report(res: CallResult, reply: bytearray, out: str | None) -> int:
     """Save the reply audio if asked, print the call summary; the exit code says whether the
     call ended normally."""
-    from voice_agent.audio import AudioError, write_wav
-
     if out and reply:
         pcm = np.frombuffer(bytes(reply[: len(reply) - len(reply) % 2]), dtype="<i2")
         try:
@@ -353,8 +346,6 @@ def _report(res: CallResult, reply: bytearray, out: str | None) -> int:
 
 
 def cli(argv: list[str]) -> int:
-    from voice_agent.audio import AudioError, read_wav
-
     args = _parse(argv)
     caller: dict[str, str] = {}
     for item in args.caller:

@@ -16,6 +16,7 @@ from evaluation.cli import cli as eval_cli
 from policy.decision import Decision
 
 from .audio import float_to_pcm16, read_wav, resample
+from .call import CallConfig, VoiceRuntime
 
 CHUNK_MS = 20
 RATE = 16000
@@ -24,8 +25,6 @@ QUIET_S = 3.0
 
 
 def default_config() -> Any:
-    from .call import CallConfig
-
     # Audio is fed faster than real time, so a later turn would "interrupt" an earlier reply that is
     # still being rendered; barge-in is off so every turn's reply is rendered whole.
     return CallConfig(input_rate=RATE, barge_in=False, reply_lead_s=None)
@@ -128,8 +127,6 @@ def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,
 def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,
                 role: str) -> tuple[Any, Any]:
     """The voice runtime for `--audio-dir`: its engine and a runner feeding one case's WAV."""
-    from .call import VoiceRuntime  # loads the ASR and TTS stacks: only for audio cases
-
     runtime = VoiceRuntime.load(kb, state_dir=state_dir, policy_file=policy_file)
     runtime.engine.on_date = on_date
     return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=role)

@@ -14,8 +14,12 @@ import threading
 from typing import Any
 
 import numpy as np
+
 from kb.loader import kb_dir_error
 from policy.cli import fail
+
+from .audio import float_to_pcm16, pcm16_to_float
+from .call import CallConfig, VoiceRuntime
 
 SR = 16000
 BLOCK = SR // 50  # 20 ms
@@ -38,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 def open_sounddevice(input_device: Any = None) -> Any:
     """Import sounddevice and check there is a microphone; raises RuntimeError with the fix."""
     try:
-        import sounddevice as sd
+        import sounddevice as sd  # optional: needs PortAudio; only `run.py mic` uses it
     except OSError as e:  # the Python package is there but PortAudio is not
         raise RuntimeError(f"PortAudio is missing ({e}): run `apt-get install libportaudio2`") from None
     except ImportError:
@@ -90,9 +94,6 @@ class _Speaker:
 
 
 async def _run(args: argparse.Namespace, sd: Any, runtime: Any) -> None:
-    from .audio import float_to_pcm16, pcm16_to_float
-    from .call import CallConfig
-
     loop = asyncio.get_running_loop()
     mic_q: asyncio.Queue[bytes] = asyncio.Queue()
     speaker = _Speaker()
@@ -142,8 +143,6 @@ def cli(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        from .call import VoiceRuntime
-
         runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy)
     except Exception as e:  # noqa: BLE001
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)

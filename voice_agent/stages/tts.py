@@ -22,12 +22,14 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import IO, Any, Iterator, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ..audio import float_to_pcm16, mulaw_encode, resample
 from .speech_text import quick_start, speakable, split_sentences
 
 LOG = logging.getLogger(__name__)
@@ -314,8 +316,6 @@ class TtsClient:
                       encoding: Literal["pcm16", "mulaw"] = "pcm16", **kw: Any) -> Iterator[bytes]:
         """Like synthesize(), but each sentence resampled for the sink: PCM16 little-endian
         bytes or G.711 μ-law bytes at `sample_rate` (e.g. 8000 for a phone line)."""
-        from ..audio import float_to_pcm16, mulaw_encode, resample
-
         if encoding not in ("pcm16", "mulaw"):
             raise ValueError(f"unknown encoding {encoding!r}; use 'pcm16' or 'mulaw'")
         for chunk in self.synthesize(text, **kw):
@@ -349,8 +349,6 @@ class TtsPool:
         return self
 
     def _lock_all(self) -> Any:
-        from contextlib import ExitStack
-
         stack = ExitStack()
         for c in self.clients:
             stack.enter_context(c._lock)

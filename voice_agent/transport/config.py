@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 __all__ = ["ServerConfig", "ServerConfigError", "load_server_config", "DEFAULT_CONFIG_FILE"]
@@ -59,8 +60,6 @@ class ServerConfig(BaseModel):
 
 def load_server_config(path: str | Path | None) -> ServerConfig:
     """Read a server config. `path=None` reads `server.yaml` if it exists, else the defaults."""
-    import yaml
-
     if path is None:
         p = Path(DEFAULT_CONFIG_FILE)
         if not p.exists():

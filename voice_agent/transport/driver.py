@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from websockets.exceptions import ConnectionClosed
+
 from .state import LOG, log_event
 
 
@@ -146,8 +148,6 @@ class CallDriver:
 
 
 def is_closed_error(e: BaseException) -> bool:
-    from websockets.exceptions import ConnectionClosed
-
     return isinstance(e, (ConnectionClosed, ConnectionError))
 
 

@@ -16,6 +16,8 @@ from typing import Any
 from websockets.asyncio.server import serve
 
 from kb.loader import kb_dir_error
+from voice_agent.call import VoiceRuntime
+from voice_agent.stages.tts import TtsPool
 
 from .config import ServerConfigError, load_server_config
 from .native import handle_native
@@ -112,16 +114,12 @@ def _load_runtime(args: argparse.Namespace, config: Any, tts_workers: int) -> An
     """The voice runtime with its TTS worker(s); None (after saying why) when it cannot be loaded
     or the config's tokens name roles no document uses."""
     try:
-        from voice_agent.call import VoiceRuntime
-
         t0 = time.monotonic()
         runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir,
                                     policy_file=args.policy, tts=tts_workers == 1)
         if tts_workers > 1:
             # Concurrent calls: with one worker every reply waits for the whole previous reply
             # to render; a small pool lets replies start in parallel.
-            from voice_agent.stages.tts import TtsPool
-
             runtime.tts = TtsPool(tts_workers).start()
         unknown = sorted(set(config.tokens.values()) - runtime.engine.roles())
         if unknown:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from voice_agent.call import CallConfig
+
 from .config import ServerConfig
 
 LOG = logging.getLogger("voice_agent.server")
@@ -28,8 +30,6 @@ def log_event(event: str, **fields: Any) -> None:
 
 
 def default_call_config(**kw: Any) -> Any:
-    from voice_agent.call import CallConfig  # the call layer pulls in numpy and the audio stack
-
     return CallConfig(**kw)
 
 
