@@ -20,17 +20,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Collection, Literal, Mapping, NotRequired, TypedDict, cast
 
 import yaml
 
 from kb.loader import kb_dir_error
-from kb.models import RetrievalUnavailable
+from kb.models import RetrievalResult, RetrievalUnavailable
+from kb.retrieve import Retriever
 from policy.config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError
 from policy.engine import Engine
 
 from .cases import Case, CasesError, load_cases
 from .evaluate import check_kb_loaded, evaluate, one_line, scratch
+from .metrics import Metrics
 
 # Candidate values around the shipped defaults: 3^4 = 81 settings, a minute on 2 cores. The answer
 # threshold is not here: it follows from the costs.
@@ -40,7 +42,35 @@ GRID: dict[str, list[float]] = {
     "facet_margin": [0.20, 0.30, 0.40],
     "facet_floor": [0.25, 0.35, 0.45],
 }
-REPORT_KEYS = ("cost", "unsafe_answers", "action_accuracy", "case_pass_rate", "over_abstain_rate")
+ReportKey = Literal["cost", "unsafe_answers", "action_accuracy", "case_pass_rate", "over_abstain_rate"]
+REPORT_KEYS: tuple[ReportKey, ...] = ("cost", "unsafe_answers", "action_accuracy", "case_pass_rate",
+                                      "over_abstain_rate")
+Brief = dict[str, "float | None"]  # REPORT_KEYS of one split's metrics
+# (query, role, facets, date, k, faults): what makes two searches the same
+SearchKey = tuple[str, str, tuple[tuple[str, str], ...], "dt.date | None", int, tuple[str, ...]]
+
+
+class Side(TypedDict):
+    """The thresholds before or after, and their metrics on each split."""
+
+    thresholds: dict[str, float]
+    dev: Brief
+    test: Brief
+
+
+class Report(TypedDict):
+    """What `calibrate()` returns (and `--json` prints)."""
+
+    seed: int
+    dev_cases: int
+    test_cases: int
+    settings_tried: int
+    sweep_s: float
+    retrieval_cache: dict[str, int]
+    before: Side
+    after: Side
+    changed: bool
+    written: NotRequired[str]  # the override file, with --write
 
 
 def split_cases(cases: list[Case], dev_fraction: float = 0.5, seed: int = 0) -> tuple[list[Case], list[Case]]:
@@ -67,18 +97,18 @@ class CachingRetriever:
     """Wraps a Retriever: identical searches (query, role, facets, date, k, faults) are answered
     from memory, failures included. Everything else passes through."""
 
-    def __init__(self, inner: Any):
+    def __init__(self, inner: Retriever):
         self._inner = inner
-        self._cache: dict[tuple, Any] = {}
+        self._cache: dict[SearchKey, RetrievalResult | RetrievalUnavailable] = {}
         self.hits = 0
         self.misses = 0
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
     def search(self, query: str, *, role: str = "public", facets: dict[str, str] | None = None,
-               on_date: dt.date | None = None, k: int = 8, faults: Any = ()) -> Any:
-        key = (query, role, tuple(sorted((facets or {}).items())), on_date, k, tuple(sorted(faults)))
+               on_date: dt.date | None = None, k: int = 8, faults: Collection[str] = ()) -> RetrievalResult:
+        key: SearchKey = (query, role, tuple(sorted((facets or {}).items())), on_date, k, tuple(sorted(faults)))
         if key in self._cache:
             self.hits += 1
             value = self._cache[key]
@@ -107,23 +137,24 @@ def grid_configs(base: PolicyConfig, grid: dict[str, list[float]] = GRID) -> lis
     return out
 
 
-def _score(metrics: dict[str, Any]) -> tuple[float, int]:
+def _score(metrics: Metrics) -> tuple[float, int]:
     cost = metrics["cost"] if metrics["cost"] is not None else 0.0
     return (round(cost, 6), metrics["unsafe_answers"])
 
 
-def _brief(m: dict[str, Any]) -> dict[str, Any]:
+def _brief(m: Metrics) -> Brief:
     return {k: m.get(k) for k in REPORT_KEYS}
 
 
-def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: float = 0.5,
-              grid: dict[str, list[float]] = GRID, progress: bool = False) -> dict[str, Any]:
+def calibrate(engine: Engine, cases: list[Case], *, seed: int = 0, dev_fraction: float = 0.5,
+              grid: dict[str, list[float]] = GRID, progress: bool = False) -> Report:
     """Sweep the grid on dev; return the chosen thresholds and before/after metrics of both splits."""
     dev, test = split_cases(cases, dev_fraction, seed)
     if not dev or not test:
         raise ValueError(f"need cases on both sides of the split (dev {len(dev)}, test {len(test)})")
     cached = engine.with_config(engine.config)
-    cached.retriever = CachingRetriever(engine.retriever)
+    caching = CachingRetriever(engine.retriever)
+    cached.retriever = cast(Retriever, caching)  # stands in for it: search cached, the rest passed through
     configs = grid_configs(engine.config, grid)
     t0 = time.perf_counter()
     best_cfg, best_score, best_dev = None, None, None
@@ -147,7 +178,7 @@ def calibrate(engine: Any, cases: list[Case], *, seed: int = 0, dev_fraction: fl
     return {
         "seed": seed, "dev_cases": len(dev), "test_cases": len(test), "settings_tried": len(configs),
         "sweep_s": round(time.perf_counter() - t0, 1),
-        "retrieval_cache": {"searches": cached.retriever.misses, "reused": cached.retriever.hits},
+        "retrieval_cache": {"searches": caching.misses, "reused": caching.hits},
         "before": {"thresholds": {k: getattr(engine.config.thresholds, k) for k in tuned},
                    "dev": _brief(before_dev), "test": _brief(before_test)},
         "after": {"thresholds": {k: getattr(best_cfg.thresholds, k) for k in tuned},
@@ -160,7 +191,7 @@ class LessSafe(ValueError):
     """The fitted setting does worse than the current one on the held-out split."""
 
 
-def safer_or_equal(report: dict[str, Any]) -> str | None:
+def safer_or_equal(report: Report) -> str | None:
     """Why writing the fitted setting would make the KB less safe (None when it would not)."""
     before, after = report["before"]["test"], report["after"]["test"]
     if (after["unsafe_answers"] or 0) > (before["unsafe_answers"] or 0):
@@ -170,10 +201,10 @@ def safer_or_equal(report: dict[str, Any]) -> str | None:
     return None
 
 
-def write_override(kb_dir: Path, report: dict[str, Any]) -> Path:
+def write_override(kb_dir: Path, report: Report) -> Path:
     """Write (or update) `<kb>/_policy.yaml`: its thresholds section replaced, other keys kept."""
     path = kb_dir / KB_OVERRIDE_NAME
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     if path.is_file():
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -181,7 +212,8 @@ def write_override(kb_dir: Path, report: dict[str, Any]) -> Path:
             raise PolicyConfigError(f"{path}: cannot update, invalid YAML: {str(exc).splitlines()[0]}") from exc
         if not isinstance(data, dict):
             raise PolicyConfigError(f"{path}: cannot update, not a YAML mapping")
-    data["thresholds"] = {**(data.get("thresholds") or {}), **report["after"]["thresholds"]}
+    old = cast("Mapping[str, object]", data.get("thresholds") or {})  # a mapping in a valid file; ** rejects the rest
+    data["thresholds"] = {**old, **report["after"]["thresholds"]}
     a, b = report["after"], report["before"]
     header = (
         f"# Written by `run.py calibrate` on {dt.date.today().isoformat()} (seed {report['seed']}; "
@@ -193,7 +225,7 @@ def write_override(kb_dir: Path, report: dict[str, Any]) -> Path:
     return path
 
 
-def format_report(r: dict[str, Any]) -> str:
+def format_report(r: Report) -> str:
     lines = [f"split: dev {r['dev_cases']} cases, test {r['test_cases']} cases (seed {r['seed']}); "
              f"{r['settings_tried']} settings in {r['sweep_s']} s "
              f"({r['retrieval_cache']['searches']} searches, {r['retrieval_cache']['reused']} reused)", ""]

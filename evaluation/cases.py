@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,14 +18,14 @@ class CasesError(ValueError):
     """A cases file that cannot be used; the message names the path (and case) and the reason."""
 
 
-def _actions(value: Any) -> list[Action]:
+def _actions(value: object) -> list[Action]:
     items = value if isinstance(value, (list, tuple)) else [value]
     if not items:
         raise ValueError("empty list of actions")
     return [_action(v) for v in items]
 
 
-def _action(v: Any) -> Action:
+def _action(v: object) -> Action:
     return v if isinstance(v, Action) else parse_action(v)
 
 
@@ -47,17 +46,17 @@ class Expect(BaseModel):
 
     @field_validator("action", mode="before")
     @classmethod
-    def _one(cls, v: Any) -> Any:
+    def _one(cls, v: object) -> object:
         return _action(v) if isinstance(v, str) else v
 
     @field_validator("action_any", mode="before")
     @classmethod
-    def _any(cls, v: Any) -> Any:
+    def _any(cls, v: object) -> object:
         return None if v is None else _actions(v)
 
     @field_validator("actions", mode="before")
     @classmethod
-    def _per_turn(cls, v: Any) -> Any:
+    def _per_turn(cls, v: object) -> object:
         if v is None:
             return None
         if not isinstance(v, list) or not v:
@@ -67,7 +66,7 @@ class Expect(BaseModel):
     @field_validator("cite_any", "missing_any", "contains_all", "not_contains", "not_contains_any_alone",
                      mode="before")
     @classmethod
-    def _listify(cls, v: Any) -> Any:
+    def _listify(cls, v: object) -> object:
         if v is None:
             return []
         return [v] if isinstance(v, str) else v
@@ -110,12 +109,12 @@ class Case(BaseModel):
 
     @field_validator("id", mode="before")
     @classmethod
-    def _id_text(cls, v: Any) -> Any:
+    def _id_text(cls, v: object) -> object:
         return str(v) if isinstance(v, int) else v
 
     @field_validator("faults", mode="before")
     @classmethod
-    def _faults(cls, v: Any) -> Any:
+    def _faults(cls, v: object) -> object:
         if v is None:
             return []
         return [v] if isinstance(v, str) else v
@@ -152,7 +151,7 @@ class Case(BaseModel):
         return [None] * (n - 1) + [final]
 
 
-def _raw_cases(path: Path) -> tuple[list[Any], Any]:
+def _raw_cases(path: Path) -> tuple[list[object], object]:
     """The raw case mappings and the file's `today` (None when it gives none)."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -183,7 +182,7 @@ def _raw_cases(path: Path) -> tuple[list[Any], Any]:
     return data, today
 
 
-def _as_date(value: Any, path: Path) -> dt.date | None:
+def _as_date(value: object, path: Path) -> dt.date | None:
     if value is None or isinstance(value, dt.date):
         return value
     try:

@@ -6,10 +6,9 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from .cases import CasesError
-from .corpus import Engines, discover, format_corpus, leave_one_out, save_corpus_chart, worst
+from .corpus import Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
 from .train import fit_on_domains
@@ -31,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _fitter(args: argparse.Namespace) -> Any:
+def _fitter(args: argparse.Namespace) -> Fitter | None:
     if args.no_refit:
         return None
     return fit_on_domains

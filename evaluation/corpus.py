@@ -9,20 +9,24 @@ import datetime as dt
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable, Literal
 
 import yaml
 
 from evaluation.cases import CaseFile, CasesError, load_cases
 from evaluation.evaluate import costs_of, evaluate, scratch
+from evaluation.metrics import CaseResult, Metrics, RateKey
 from policy.engine import Engine
+from policy.scorer import Scorer
 
 from .leaks import LeakCheck
 
 # the per-domain figures the corpus table prints, in order
-COLUMNS = [("case_pass_rate", "pass"), ("action_accuracy", "acc"), ("over_abstain_rate", "over"),
-           ("unsafe_answers", "unsafe"), ("leaks", "leaks"), ("cost", "cost"),
-           ("cost_minimal", "c.min"), ("cost_threshold", "c.thr")]
+CorpusKey = Literal[RateKey, "unsafe_answers", "leaks", "cost_minimal", "cost_threshold"]
+COLUMNS: list[tuple[CorpusKey, str]] = [
+    ("case_pass_rate", "pass"), ("action_accuracy", "acc"), ("over_abstain_rate", "over"),
+    ("unsafe_answers", "unsafe"), ("leaks", "leaks"), ("cost", "cost"),
+    ("cost_minimal", "c.min"), ("cost_threshold", "c.thr")]
 
 
 @dataclass
@@ -67,11 +71,11 @@ class Engines:
     """One loaded engine per domain for the whole run (models and indexes load once)."""
 
     def __init__(self, state_root: Path | None = None, dense: bool = True):
-        self._engines: dict[str, Any] = {}
+        self._engines: dict[str, Engine] = {}
         self._state = state_root or Path(tempfile.mkdtemp(prefix="voice-agent-corpus-"))
         self.dense = dense
 
-    def get(self, d: Domain) -> Any:
+    def get(self, d: Domain) -> Engine:
         if d.name not in self._engines:
             engine = Engine.load(d.kb, state_dir=self._state / d.name, dense=self.dense,
                                  on_date=d.cases.today or dt.date.today())
@@ -79,7 +83,7 @@ class Engines:
         return self._engines[d.name]
 
 
-def count_leaks(engine: Any, results: list[Any]) -> tuple[int, list[str]]:
+def count_leaks(engine: Engine, results: list[CaseResult]) -> tuple[int, list[str]]:
     """Turns whose message says something only documents hidden from the caller say."""
     check = LeakCheck(engine.kb)
     found = []
@@ -91,26 +95,31 @@ def count_leaks(engine: Any, results: list[Any]) -> tuple[int, list[str]]:
     return len(found), found
 
 
-def score_domain(engine: Any, d: Domain, *, baselines: bool = True) -> tuple[dict[str, Any], list[Any]]:
+# the baselines each domain is also scored with, and the key their cost goes under
+BASELINE_COSTS: dict[str, Literal["cost_minimal", "cost_threshold"]] = {"minimal": "cost_minimal",
+                                                                        "threshold": "cost_threshold"}
+
+
+def score_domain(engine: Engine, d: Domain, *, baselines: bool = True) -> tuple[Metrics, list[CaseResult]]:
     """The domain's metrics with the engine as it is (its scorer already chosen by the caller)."""
     results, m = evaluate(engine, list(d.cases))
     m["leaks"], m["leak_detail"] = count_leaks(engine, results)
     m["failures"] = {r.case.id: r.failures for r in results if not r.ok}
     if baselines:
-        for name in ("minimal", "threshold"):
+        for name, key in BASELINE_COSTS.items():
             _, b = evaluate(engine, list(d.cases), policy=name)
-            m[f"cost_{name}"] = b["cost"]
+            m[key] = b["cost"]
     m["costs"] = costs_of(engine).model_dump()
     return m, results
 
 
-Fitter = Callable[[list[Domain], "Engines"], Any]  # training domains -> a scorer for the held-out one
+Fitter = Callable[[list[Domain], "Engines"], Scorer]  # training domains -> a scorer for the held-out one
 
 
 def leave_one_out(domains: list[Domain], engines: Engines, fit: Fitter | None,
-                  progress: Callable[[str], None] | None = None, baselines: bool = True) -> dict[str, dict[str, Any]]:
+                  progress: Callable[[str], None] | None = None, baselines: bool = True) -> dict[str, Metrics]:
     """Score each domain with a scorer fitted on the other (unsealed) domains only."""
-    per: dict[str, dict[str, Any]] = {}
+    per: dict[str, Metrics] = {}
     train_pool = [d for d in domains if not d.sealed]
     for d in domains:
         engine = engines.get(d)
@@ -126,12 +135,12 @@ def leave_one_out(domains: list[Domain], engines: Engines, fit: Fitter | None,
     return per
 
 
-def worst(per: dict[str, dict[str, Any]], key: str = "case_pass_rate") -> tuple[str, float]:
+def worst(per: dict[str, Metrics], key: RateKey = "case_pass_rate") -> tuple[str, float]:
     name = min(per, key=lambda n: per[n].get(key) or 0.0)
     return name, per[name].get(key) or 0.0
 
 
-def format_corpus(per: dict[str, dict[str, Any]]) -> str:
+def format_corpus(per: dict[str, Metrics]) -> str:
     head = f"{'domain':<16}{'cases':>6}" + "".join(f"{short:>8}" for _, short in COLUMNS)
     lines = [head, "-" * len(head)]
     for name, m in per.items():
@@ -145,21 +154,21 @@ def format_corpus(per: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: object) -> str:
     if v is None:
         return "-"
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-def save_corpus_chart(per: dict[str, dict[str, Any]], path: Path) -> Path:
+def save_corpus_chart(per: dict[str, Metrics], path: Path) -> Path:
     import matplotlib  # heavy, optional: only when a chart is asked for
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # heavy, optional: same
 
     names = list(per)
-    series = [("case_pass_rate", "case pass"), ("action_accuracy", "action accuracy"),
-              ("over_abstain_rate", "over-refusal")]
+    series: list[tuple[RateKey, str]] = [("case_pass_rate", "case pass"), ("action_accuracy", "action accuracy"),
+                                         ("over_abstain_rate", "over-refusal")]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(names)), 4))
     width = 0.8 / len(series)
     for i, (key, label) in enumerate(series):

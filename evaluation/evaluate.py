@@ -13,29 +13,30 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from kb.loader import effective_status, kb_dir_error
+from kb.models import RetrievalResult
 from policy.cli import iso_date
 from policy.config import Costs
 from policy.decision import Action, Decision
-from policy.engine import Engine
+from policy.engine import Engine, Session
 from policy.numbers import number_values
 
 from .cases import Case, CasesError, load_cases
-from .metrics import CaseResult, CitedSource, TurnRecord, case_failures, evaluate_metrics
+from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
 
 POLICIES = ("gated", "threshold", "minimal")
 # (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
 # detected caller turn; the optional problems (no reply audio, call errors) fail the case.
-AudioRunner = Callable[[Case, Path], tuple]
+AudioRunner = Callable[[Case, Path], "tuple[list[str], list[Decision]] | tuple[list[str], list[Decision], list[str]]"]
 # (kb dir, state dir, policy file, decision date, default role) -> (engine, audio runner)
-AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str], tuple[Any, AudioRunner]]
+AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str], tuple[Engine, AudioRunner]]
 
 
 # ---------------------------------------------------------------- running cases
 
-def _today(engine: Any) -> dt.date:
+def _today(engine: Engine) -> dt.date:
     for name in ("on_date", "today"):
         value = getattr(engine, name, None)
         value = value() if callable(value) else value
@@ -44,7 +45,7 @@ def _today(engine: Any) -> dt.date:
     return dt.date.today()
 
 
-def _doc_status(engine: Any, doc_id: str, hits_status: dict[str, str]) -> str:
+def _doc_status(engine: Engine, doc_id: str, hits_status: dict[str, str]) -> str:
     if doc_id in hits_status:
         return hits_status[doc_id]
     doc = engine.kb.docs.get(doc_id)
@@ -53,7 +54,7 @@ def _doc_status(engine: Any, doc_id: str, hits_status: dict[str, str]) -> str:
     return getattr(effective_status(doc, _today(engine), engine.kb), "value", "active")
 
 
-def cited_sources(engine: Any, decision: Decision, retrieval: Any = None) -> list[CitedSource]:
+def cited_sources(engine: Engine, decision: Decision, retrieval: RetrievalResult | None = None) -> list[CitedSource]:
     """Resolve each citation to its section text (with title, heading and version, which a message
     may repeat) and its document's effective status."""
     hits_status = {h.doc_id: getattr(h.status, "value", str(h.status)) for h in (retrieval.hits if retrieval else [])}
@@ -70,7 +71,7 @@ def cited_sources(engine: Any, decision: Decision, retrieval: Any = None) -> lis
     return out
 
 
-def stale_numbers(retrieval: Any, sources: list[CitedSource]) -> list[str]:
+def stale_numbers(retrieval: RetrievalResult | None, sources: list[CitedSource]) -> list[str]:
     """Numbers that the turn's deprecated/draft hits state and no active cited section does."""
     if retrieval is None:
         return []
@@ -85,14 +86,14 @@ def stale_numbers(retrieval: Any, sources: list[CitedSource]) -> list[str]:
     return sorted(old - current)
 
 
-def _session(engine: Any, case: Case, policy: str, default_role: str) -> Any:
-    kwargs: dict[str, Any] = {"role": case.role(default_role), "facets": case.caller.all_facets()}
+def _session(engine: Engine, case: Case, policy: str, default_role: str) -> Session:
+    role, facets = case.role(default_role), case.caller.all_facets()
     if policy != "gated":
-        kwargs["policy"] = policy
-    return engine.session(**kwargs)
+        return engine.session(role=role, facets=facets, policy=policy)
+    return engine.session(role=role, facets=facets)
 
 
-def run_text_case(engine: Any, case: Case, *, policy: str = "gated", default_role: str = "public") -> CaseResult:
+def run_text_case(engine: Engine, case: Case, *, policy: str = "gated", default_role: str = "public") -> CaseResult:
     """One case through the text path: the same session.turn + pre-speech recheck every entry point
     uses (the recheck only for the real policy). Faults are injected for this case only."""
     session = _session(engine, case, policy, default_role)
@@ -111,7 +112,7 @@ def run_text_case(engine: Any, case: Case, *, policy: str = "gated", default_rol
     return CaseResult(case=case, turns=records, mode="text", failures=case_failures(case, records))
 
 
-def run_audio_case_result(engine: Any, case: Case, wav: Path, runner: AudioRunner) -> CaseResult:
+def run_audio_case_result(engine: Engine, case: Case, wav: Path, runner: AudioRunner) -> CaseResult:
     got = runner(case, wav)
     transcripts, decisions = got[0], got[1]
     problems: list[str] = list(got[2]) if len(got) > 2 else []
@@ -134,7 +135,7 @@ def run_audio_case_result(engine: Any, case: Case, wav: Path, runner: AudioRunne
     return CaseResult(case=case, turns=records, mode="audio", failures=failures)
 
 
-def run_cases(engine: Any, cases: Iterable[Case], *, policy: str = "gated", default_role: str = "public",
+def run_cases(engine: Engine, cases: Iterable[Case], *, policy: str = "gated", default_role: str = "public",
               audio_dir: Path | None = None, audio_runner: AudioRunner | None = None,
               progress: Callable[[int, Case], None] | None = None) -> list[CaseResult]:
     """Run every case. With an audio runner, a case whose `<id>.wav` is in `audio_dir` goes through
@@ -151,7 +152,7 @@ def run_cases(engine: Any, cases: Iterable[Case], *, policy: str = "gated", defa
     return results
 
 
-def scratch(engine: Any) -> Any:
+def scratch(engine: Engine) -> Engine:
     """The sweep's audit and handoff records go to a throwaway directory: skip the per-record fsync
     that protects real calls (it would dominate the sweep's run time)."""
     for store in (getattr(engine, "audit", None), getattr(engine, "handoffs", None)):
@@ -160,26 +161,27 @@ def scratch(engine: Any) -> Any:
     return engine
 
 
-def costs_of(engine: Any) -> Costs:
+def costs_of(engine: Engine) -> Costs:
     cfg = getattr(engine, "config", None)
     return cfg.costs if cfg is not None else Costs()
 
 
 # ---------------------------------------------------------------- output
 
-_COLUMNS = [("action_accuracy", "acc"), ("case_pass_rate", "pass"), ("unsafe_answer_rate", "unsafe"),
-            ("over_abstain_rate", "over"), ("clarification_precision", "clarP"), ("handoff_precision", "handP"),
-            ("evidence_support_rate", "evid"), ("conflict_detection_rate", "confl"),
-            ("version_safety_rate", "vers"), ("cost", "cost")]
+_COLUMNS: list[tuple[RateKey, str]] = [
+    ("action_accuracy", "acc"), ("case_pass_rate", "pass"), ("unsafe_answer_rate", "unsafe"),
+    ("over_abstain_rate", "over"), ("clarification_precision", "clarP"), ("handoff_precision", "handP"),
+    ("evidence_support_rate", "evid"), ("conflict_detection_rate", "confl"),
+    ("version_safety_rate", "vers"), ("cost", "cost")]
 
 
-def _fmt(v: Any) -> str:
+def _fmt(v: object) -> str:
     if v is None:
         return "-"
     return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
-def format_table(metrics: dict[str, Any]) -> str:
+def format_table(metrics: Metrics) -> str:
     head = f"{'bucket':<22}{'cases':>6}" + "".join(f"{short:>8}" for _, short in _COLUMNS)
     lines = [head, "-" * len(head)]
     rows = list(metrics["buckets"].items()) + [("ALL", metrics)]
@@ -190,7 +192,7 @@ def format_table(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_confusion(metrics: dict[str, Any]) -> str:
+def format_confusion(metrics: Metrics) -> str:
     labels = metrics["confusion"]["labels"]
     m = metrics["confusion"]["rows_expected_cols_actual"]
     lines = ["confusion (rows: expected, columns: actual)", f"{'':<10}" + "".join(f"{x:>10}" for x in labels)]
@@ -198,7 +200,7 @@ def format_confusion(metrics: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_compare(per_policy: dict[str, dict[str, Any]]) -> str:
+def format_compare(per_policy: dict[str, Metrics]) -> str:
     names = list(per_policy)
     keys = [k for k, _ in _COLUMNS] + ["unsafe_answers", "answers"]
     lines = [f"{'metric':<26}" + "".join(f"{n:>12}" for n in names)]
@@ -206,7 +208,7 @@ def format_compare(per_policy: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def save_confusion_png(metrics: dict[str, Any], path: Path, title: str) -> Path:
+def save_confusion_png(metrics: Metrics, path: Path, title: str) -> Path:
     import matplotlib  # heavy, optional: only when a PNG is asked for
 
     matplotlib.use("Agg")
@@ -267,15 +269,14 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-
-def _load_engine(args: argparse.Namespace, state_dir: str) -> Any:
+def _load_engine(args: argparse.Namespace, state_dir: str) -> Engine:
     return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
                        on_date=args.date)
 
 
-def evaluate(engine: Any, cases: list[Case], *, policy: str = "gated", default_role: str = "public",
+def evaluate(engine: Engine, cases: list[Case], *, policy: str = "gated", default_role: str = "public",
              audio_dir: Path | None = None, audio_runner: AudioRunner | None = None,
-             progress: Callable[[int, Case], None] | None = None) -> tuple[list[CaseResult], dict[str, Any]]:
+             progress: Callable[[int, Case], None] | None = None) -> tuple[list[CaseResult], Metrics]:
     """Run and score: (per-case results, metrics with buckets and confusion matrix)."""
     results = run_cases(engine, cases, policy=policy, default_role=default_role, audio_dir=audio_dir,
                         audio_runner=audio_runner, progress=progress)
@@ -302,7 +303,7 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def check_kb_loaded(engine: Any, kb: Path) -> None:
+def check_kb_loaded(engine: Engine, kb: Path) -> None:
     """An eval over an empty KB measures nothing; skipped files are worth a warning."""
     if not engine.kb.docs:
         raise CasesError(f"{kb}: no loadable documents in the knowledge base")
@@ -359,7 +360,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             print(f"\r{n}/{len(cases)} {case.id:<20}", end="", file=sys.stderr, flush=True)
 
     policies = list(POLICIES) if args.compare else [args.policy]
-    per_policy: dict[str, dict[str, Any]] = {}
+    per_policy: dict[str, Metrics] = {}
     for policy in policies:
         results, metrics = evaluate(engine, cases, policy=policy, default_role=args.role,
                                     audio_dir=audio_dir, audio_runner=runner, progress=progress)

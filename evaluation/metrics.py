@@ -8,10 +8,11 @@ checks (cite_any, missing_any, team, contains_all, not_contains) and conflict de
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import Iterable, Literal, TypedDict, cast
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from kb.jsontypes import JsonObject
 from kb.tokenize import content_terms
 
 from .cases import Case
@@ -24,6 +25,58 @@ ACTIONS: list[Action] = [Action.answer, Action.clarify, Action.refuse, Action.tr
 # terms occurs in the cited text (plus its title/heading). Low on purpose: composed messages add
 # connective words ("According to ...", "you can"), the check is after unsupported claims.
 CLAIM_MIN_OVERLAP = 0.5
+# The rates and the mean cost of a summary: a float, or None when nothing was there to measure.
+RateKey = Literal["action_accuracy", "case_pass_rate", "unsafe_answer_rate", "over_abstain_rate",
+                  "clarification_precision", "handoff_precision", "evidence_support_rate",
+                  "conflict_detection_rate", "version_safety_rate", "cost"]
+
+
+class Summary(TypedDict):
+    """`summarize()`: the metrics over a set of case results (see the module docstring)."""
+
+    cases: int
+    turns: int
+    scored_turns: int
+    action_accuracy: float | None
+    case_pass_rate: float | None
+    unsafe_answer_rate: float | None
+    unsafe_answers: int
+    over_abstain_rate: float | None
+    clarification_precision: float | None
+    handoff_precision: float | None
+    evidence_support_rate: float | None
+    conflict_detection_rate: float | None
+    version_safety_rate: float | None
+    cost: float | None
+    cost_total: float
+    answers: int
+    reasons: dict[str, int]
+
+
+class Confusion(TypedDict):
+    labels: list[str]
+    rows_expected_cols_actual: list[list[int]]
+
+
+class Metrics(Summary, total=False):
+    """`evaluate_metrics()` (a Summary with `buckets` and `confusion`), then what the runners add."""
+
+    buckets: dict[str, Summary]
+    confusion: Confusion
+    # evaluation.evaluate
+    policy: str
+    kb_version: str
+    audio_cases: int
+    png: str
+    out: str
+    # evaluation.corpus, per domain
+    leaks: int
+    leak_detail: list[str]
+    failures: dict[str, list[str]]
+    cost_minimal: float | None
+    cost_threshold: float | None
+    costs: dict[str, float]
+    sealed: bool
 
 
 class CitedSource(BaseModel):
@@ -61,7 +114,7 @@ class CaseResult(BaseModel):
     def ok(self) -> bool:
         return not self.failures
 
-    def line(self) -> dict[str, Any]:
+    def line(self) -> JsonObject:
         """The `--out` JSON line of this case."""
         return {
             "id": self.case.id,
@@ -238,7 +291,7 @@ def confusion_matrix(turns: Iterable[TurnRecord]) -> list[list[int]]:
     return m
 
 
-def summarize(results: list[CaseResult], costs: Costs) -> dict[str, Any]:
+def summarize(results: list[CaseResult], costs: Costs) -> Summary:
     """All metrics over a set of case results (see the module docstring). Rates with an empty
     denominator are None: 'not measured here', never a flattering 1.0."""
     turns = [t for r in results for t in r.turns]
@@ -287,9 +340,9 @@ def summarize(results: list[CaseResult], costs: Costs) -> dict[str, Any]:
     }
 
 
-def evaluate_metrics(results: list[CaseResult], costs: Costs) -> dict[str, Any]:
+def evaluate_metrics(results: list[CaseResult], costs: Costs) -> Metrics:
     """Overall metrics, the per-bucket breakdown (`buckets`) and the confusion matrix."""
-    overall = summarize(results, costs)
+    overall = cast(Metrics, summarize(results, costs))  # a Summary is a Metrics without the optional keys
     buckets: dict[str, list[CaseResult]] = {}
     for r in results:
         buckets.setdefault(r.case.bucket, []).append(r)

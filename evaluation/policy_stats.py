@@ -14,7 +14,7 @@ import ast
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 import yaml
 
@@ -70,7 +70,22 @@ def count_python(source: str) -> dict[str, int]:
     return {"regexes": regexes, "word_lists": words}
 
 
-def count_yaml(data: Any) -> dict[str, int]:
+class PolicyLists(TypedDict, total=False):
+    """The parts of a policy YAML file that hold patterns and phrase lists (the rest is not read)."""
+
+    lexicons: dict[str, list[str] | None] | None
+    facet_synonyms: dict[str, dict[str, list[str]] | None] | None
+    intents: dict[str, object] | None
+
+
+class PolicyStats(TypedDict):
+    regexes: int
+    word_lists: int
+    total: int
+    files: dict[str, dict[str, int]]  # per file with any: {"regexes": n, "word_lists": n}
+
+
+def count_yaml(data: PolicyLists) -> dict[str, int]:
     regexes = words = 0
     for patterns in (data.get("lexicons") or {}).values():
         regexes += len(patterns or [])
@@ -81,14 +96,15 @@ def count_yaml(data: Any) -> dict[str, int]:
     return {"regexes": regexes, "word_lists": words}
 
 
-def policy_stats(root: Path) -> dict[str, Any]:
+def policy_stats(root: Path) -> PolicyStats:
     files: dict[str, dict[str, int]] = {}
     for path in sorted((root / "policy").rglob("*.py")):
         if path.name in NOT_POLICY:
             continue
         files[str(path.relative_to(root))] = count_python(path.read_text(encoding="utf-8"))
     for path in sorted((root / "policy").rglob("*.yaml")):
-        files[str(path.relative_to(root))] = count_yaml(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        data = cast(PolicyLists, yaml.safe_load(path.read_text(encoding="utf-8")) or {})  # a policy file's mapping
+        files[str(path.relative_to(root))] = count_yaml(data)
     regexes = sum(f["regexes"] for f in files.values())
     words = sum(f["word_lists"] for f in files.values())
     return {"regexes": regexes, "word_lists": words, "total": regexes + words,

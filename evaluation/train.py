@@ -18,15 +18,21 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
 from evaluation.cases import Case, CasesError
-from evaluation.corpus import Engines, discover
+from evaluation.corpus import Domain, Engines, discover
+from kb.models import Hit
 from policy.decision import Action
+from policy.engine import Engine
+from policy.evidence import GradedHit
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
 
 _NOT_EVIDENCE_GATES = {"a_human", "b_disallowed", "c_approval", "c_high_risk", "asr", "small_talk", "context_only"}
 
@@ -42,11 +48,21 @@ class Example:
     doc_id: str = ""
 
 
+class SkTree(Protocol):
+    """The arrays of a fitted scikit-learn tree (`estimator.tree_`) that `_tree` exports."""
+
+    feature: NDArray[np.intp]
+    threshold: NDArray[np.float64]
+    children_left: NDArray[np.intp]
+    children_right: NDArray[np.intp]
+    value: NDArray[np.float64]  # (nodes, outputs, classes)
+
+
 def _norm(text: str) -> str:
     return " ".join(text.lower().replace("\u2019", "'").split())
 
 
-def _holds(hit: Any, phrases: list[str]) -> bool:
+def _holds(hit: Hit, phrases: list[str]) -> bool:
     text = _norm(" ".join([hit.heading, *hit.units, hit.text]))
     return all(_norm(p) in text for p in phrases)
 
@@ -63,7 +79,7 @@ def _teaches(case: Case, expected: list[Action] | None, gate: str) -> str | None
     return None
 
 
-def _label_turn(case: Case, lesson: str, graded: list[Any], final: bool) -> list[tuple[Any, int]]:
+def _label_turn(case: Case, lesson: str, graded: list[GradedHit], final: bool) -> list[tuple[GradedHit, int]]:
     active = [g for g in graded if g.active]
     if lesson == "refuse":
         return [(g, 0) for g in active]
@@ -81,7 +97,7 @@ def _label_turn(case: Case, lesson: str, graded: list[Any], final: bool) -> list
     return [(g, 1 if g in good else 0) for g in active if g not in ambiguous]
 
 
-def capture(engine: Any, cases: list[Case], domain: str) -> list[Example]:
+def capture(engine: Engine, cases: list[Case], domain: str) -> list[Example]:
     """Run the cases (text path) and turn their retrieved sections into labelled examples."""
     out: list[Example] = []
     for case in cases:
@@ -119,7 +135,7 @@ def fit(examples: list[Example], *, trees: int = 150, depth: int = 3, rate: floa
                   raw0, meta, exported, rate)
 
 
-def _tree(t: Any) -> Tree:
+def _tree(t: SkTree) -> Tree:
     leaf_value = [float(v) for v in t.value[:, 0, 0]]
     return Tree([int(f) for f in t.feature], [float(v) for v in t.threshold], [int(v) for v in t.children_left],
                 [int(v) for v in t.children_right], leaf_value)
@@ -131,7 +147,7 @@ class ExampleCache:
     def __init__(self) -> None:
         self._by_domain: dict[str, list[Example]] = {}
 
-    def get(self, domain: Any, engines: Any) -> list[Example]:
+    def get(self, domain: Domain, engines: Engines) -> list[Example]:
         if domain.name not in self._by_domain:
             self._by_domain[domain.name] = capture(engines.get(domain), list(domain.cases), domain.name)
         return self._by_domain[domain.name]
@@ -140,7 +156,7 @@ class ExampleCache:
 _CACHE = ExampleCache()
 
 
-def fit_on_domains(domains: list[Any], engines: Any) -> Scorer:
+def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:
     """The scorer for a held-out domain: fitted on these (never sealed) domains only, its answer
     probability calibrated on each of them as if it were unseen (the others fitted without it)."""
     if any(d.sealed for d in domains):
@@ -199,7 +215,7 @@ def cli(argv: list[str]) -> int:
         return 2
     scorer = fit_on_domains(domains, Engines())
     print(f"fitted on {scorer.meta['examples']} sections ({scorer.meta['positives']} answering) "
-          f"from {', '.join(scorer.meta['domains'])}")
+          f"from {', '.join(cast('list[str]', scorer.meta['domains']))}")  # as fit() wrote them
     for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):
         print(f"  {name:<14}{weight:.3f} importance")
     target = Path(args.out) if args.out else (DEFAULT_MODEL_FILE if args.write else None)

@@ -5,7 +5,7 @@ Imports nothing from `policy` or `voice_agent`. `Retriever` is imported lazily s
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .loader import (KBFileError, KBNotFound, KnowledgeBase, effective_status, load_kb,
                      parse_document, slugify, visible_to)
@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> type[Retriever]:
     if name == "Retriever":
         # lazy (documented design): kb.retrieve pulls numpy, the embedder and the indexes
         from .retrieve import Retriever

@@ -10,9 +10,12 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 __all__ = ["Embedder", "EmbeddingUnavailable", "load_embedder", "DIM", "MAX_TOKENS"]
 
@@ -23,6 +26,12 @@ _TOKENIZER_REL = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json
 
 class EmbeddingUnavailable(RuntimeError):
     """The dense model could not be loaded or run; lexical retrieval can still work."""
+
+
+class _OnnxSession(Protocol):
+    """The part of `onnxruntime.InferenceSession` used here (onnxruntime ships no type hints)."""
+
+    def run(self, output_names: None, input_feed: dict[str, np.ndarray]) -> list[np.ndarray]: ...
 
 
 def _model_path() -> Path:
@@ -61,8 +70,8 @@ class Embedder:
     def __init__(self, model_path: Path, tokenizer_path: Path, threads: int = 2, batch_size: int = 16):
         self.model_path, self.tokenizer_path = Path(model_path), Path(tokenizer_path)
         self.threads, self.batch_size = threads, batch_size
-        self._session: Any = None  # onnxruntime.InferenceSession, loaded on first use
-        self._tokenizer: Any = None  # tokenizers.Tokenizer
+        self._session: _OnnxSession | None = None  # loaded on first use
+        self._tokenizer: Tokenizer | None = None
         self._input_names: set[str] = set()
         self._model_id: str | None = None
 
@@ -103,13 +112,16 @@ class Embedder:
         self._input_names = {i.name for i in sess.get_inputs()}
 
     def _run(self, texts: list[str]) -> np.ndarray:
-        enc = self._tokenizer.encode_batch(texts)
+        tokenizer, session = self._tokenizer, self._session
+        if tokenizer is None or session is None:  # embed() loads first: _load() sets both or raises
+            raise EmbeddingUnavailable("MiniLM is not loaded")
+        enc = tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in enc], dtype=np.int64)
         mask = np.array([e.attention_mask for e in enc], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._input_names:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        hidden = self._session.run(None, feeds)[0]  # (b, t, 384)
+        hidden = session.run(None, feeds)[0]  # (b, t, 384)
         m = mask[:, :, None].astype(np.float32)
         pooled = (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
         norm = np.linalg.norm(pooled, axis=1, keepdims=True)

@@ -12,7 +12,6 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -29,6 +28,8 @@ _KNOWN_KEYS = {
     "id", "title", "status", "version", "effective_from", "effective_until", "supersedes",
     "applies_to", "acl", "risk", "handoff_team",
 }
+# A front-matter mapping as YAML reads it: keys are text in a valid file, but YAML allows any scalar.
+FrontMatter = dict[object, object]
 _HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
 
@@ -137,7 +138,7 @@ def _has_aliases(front: str) -> bool:
     return any(isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) for ev in yaml.parse(front, Loader=_Loader))
 
 
-def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
+def _split_front_matter(text: str, path: Path) -> tuple[FrontMatter, str]:
     text = text.lstrip("\ufeff")
     lines = text.split("\n")
     if not lines or lines[0].strip() != "---":
@@ -166,7 +167,7 @@ def _split_front_matter(text: str, path: Path) -> tuple[dict[str, Any], str]:
     return meta, "\n".join(lines[i + 1 :])
 
 
-def _date(meta: dict[str, Any], key: str, path: Path) -> dt.date | None:
+def _date(meta: FrontMatter, key: str, path: Path) -> dt.date | None:
     v = meta.get(key)
     if v is None or v == "":
         return None
@@ -180,7 +181,7 @@ def _date(meta: dict[str, Any], key: str, path: Path) -> dt.date | None:
         raise KBFileError(path, f"bad date in {key}: {v!r} (expected YYYY-MM-DD)") from None
 
 
-def _str_list(meta: dict[str, Any], key: str, path: Path, default: list[str]) -> list[str]:
+def _str_list(meta: FrontMatter, key: str, path: Path, default: list[str]) -> list[str]:
     v = meta.get(key)
     if v is None:
         return list(default)
@@ -191,13 +192,13 @@ def _str_list(meta: dict[str, Any], key: str, path: Path, default: list[str]) ->
     return [str(x).strip() for x in v]
 
 
-def _scalar_str(v: Any) -> str:
+def _scalar_str(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v).strip()
 
 
-def _acl(meta: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
+def _acl(meta: FrontMatter, path: Path) -> tuple[list[str], list[str]]:
     """Who may see the document. Permissions fail closed: an empty acl, or a key that looks like a
     mistyped `acl` ("acls"), restricts the document to no one, and says so; a role that looks like
     a mistyped "public" stays a role of its own, and is reported."""
@@ -214,7 +215,7 @@ def _acl(meta: dict[str, Any], path: Path) -> tuple[list[str], list[str]]:
     return acl, warnings
 
 
-def _document(meta: dict[str, Any], rel: str, path: Path) -> tuple[Document, list[str]]:
+def _document(meta: FrontMatter, rel: str, path: Path) -> tuple[Document, list[str]]:
     warnings: list[str] = []
     doc_id = meta.get("id")
     if doc_id is None or _scalar_str(doc_id) == "":

@@ -13,7 +13,7 @@ case the flags are read from the question with `policy.signals`."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Callable
 
 from kb.models import Hit, RetrievalResult
 
@@ -21,7 +21,9 @@ from .config import PolicyConfig
 from .decision import Action, Citation, Decision, EvidenceQuote, Handoff, Reason
 from .signals import human_requested
 
-Baseline = Callable[[str, "RetrievalResult | None", PolicyConfig, Any], Decision]
+# (question, retrieval, config, signals) -> decision; signals: a mapping, an object with the flags as
+# attributes, or None (see the module docstring)
+Baseline = Callable[[str, "RetrievalResult | None", PolicyConfig, object], Decision]
 
 HIGH_RISK = ("high", "critical")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(*$])")
@@ -34,7 +36,7 @@ def first_sentences(text: str, n: int = 2) -> str:
     return " ".join(_SENTENCE_END.split(flat)[:n]).strip()
 
 
-def _flag(signals: Any, name: str) -> Any:
+def _flag(signals: object, name: str) -> object:
     if signals is None:
         return None
     if isinstance(signals, dict):
@@ -76,7 +78,8 @@ def _no_retrieval(cfg: PolicyConfig, name: str) -> Decision:
                    "I'm sorry, I can't look that up right now. Please try again shortly.", cfg, None, name)
 
 
-def threshold_policy(question: str, result: RetrievalResult | None, cfg: PolicyConfig, signals: Any = None) -> Decision:
+def threshold_policy(question: str, result: RetrievalResult | None, cfg: PolicyConfig,
+                     signals: object = None) -> Decision:
     """Answer from the top hit when its fused score exceeds `thresholds.threshold_baseline`."""
     if result is None:
         return _no_retrieval(cfg, "threshold")
@@ -87,7 +90,8 @@ def threshold_policy(question: str, result: RetrievalResult | None, cfg: PolicyC
     return _answer(top, cfg, result, "threshold")
 
 
-def minimal_policy(question: str, result: RetrievalResult | None, cfg: PolicyConfig, signals: Any = None) -> Decision:
+def minimal_policy(question: str, result: RetrievalResult | None, cfg: PolicyConfig,
+                   signals: object = None) -> Decision:
     """The article's five rules, in order. Key-term coverage must reach `thresholds.answer_coverage`;
     the score rule uses the same fused-score threshold as the threshold baseline."""
     name = "minimal"

@@ -4,8 +4,19 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TypedDict, cast
 
 from .store import JsonlStore
+
+
+class HandoffLine(TypedDict, total=False):
+    """The fields listed of one stored package (the session writes a Handoff's fields)."""
+
+    created_at: str
+    id: str
+    team: str
+    reasons: list[str]
+    question: str
 
 
 def cli(argv: list[str]) -> int:
@@ -24,6 +35,7 @@ def cli(argv: list[str]) -> int:
         if args.json:
             print(json.dumps(r, ensure_ascii=False))
         else:
-            print(f"{r.get('created_at', '')[:19]}  {r.get('id')}  team={r.get('team')}  "
-                  f"reasons={','.join(r.get('reasons', []))}  q={r.get('question', '')[:70]!r}")
+            h = cast(HandoffLine, r)
+            print(f"{h.get('created_at', '')[:19]}  {h.get('id')}  team={h.get('team')}  "
+                  f"reasons={','.join(h.get('reasons', []))}  q={h.get('question', '')[:70]!r}")
     return 0

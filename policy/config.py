@@ -4,7 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError
@@ -49,7 +49,7 @@ class Intent(BaseModel):
 
 class PolicyConfig(BaseModel):
     version: str
-    retrieval: dict[str, Any] = Field(default_factory=lambda: {"k": 8})
+    retrieval: dict[str, object] = Field(default_factory=lambda: {"k": cast(object, 8)})  # as the YAML has it
     thresholds: Thresholds = Field(default_factory=Thresholds)
     costs: Costs = Field(default_factory=Costs)
     lexicons: Lexicons = Field(default_factory=Lexicons)
@@ -61,7 +61,7 @@ class PolicyConfig(BaseModel):
 
     @property
     def k(self) -> int:
-        return int(self.retrieval.get("k", 8))
+        return int(cast("int | float | str", self.retrieval.get("k", 8)))  # a YAML number; int() rejects the rest
 
     def fingerprint(self) -> str:
         """Version plus a hash of the effective settings: two configs that decide alike share it."""
@@ -77,7 +77,7 @@ class PolicyConfigError(ValueError):
     pass
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, object]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -87,11 +87,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def _merge(base: dict[str, object], over: dict[str, object]) -> dict[str, object]:
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            out[key] = _merge(current, value)
         else:
             out[key] = value
     return out
@@ -104,7 +105,7 @@ def load_policy_config(path: str | Path | None = None, kb_dir: str | Path | None
         files.append(Path(path))
     if kb_dir and (Path(kb_dir) / KB_OVERRIDE_NAME).is_file():
         files.append(Path(kb_dir) / KB_OVERRIDE_NAME)
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for f in files:
         data = _merge(data, _read_yaml(f))
     data["sources"] = [str(f) for f in files]

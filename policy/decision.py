@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -19,7 +19,7 @@ class Action(str, Enum):
 ACTION_SYNONYMS = {"abstain": "refuse", "handoff": "transfer"}
 
 
-def parse_action(value: str) -> Action:
+def parse_action(value: object) -> Action:
     if isinstance(value, Action):
         return value
     v = str(value).strip().lower()
@@ -92,6 +92,22 @@ class Handoff(BaseModel):
     kb_version: str = ""
 
 
+class DecisionJson(TypedDict):
+    """`Decision.public_dict()`: the caller-facing JSON of a Decision, field for field (no debug)."""
+
+    action: str
+    message: str
+    citations: list[dict[str, str]]
+    missing_information: list[str]
+    reasons: list[str]
+    evidence_status: EvidenceStatus
+    risk_level: RiskLevel
+    confidence: float
+    handoff: dict[str, object] | None  # a Handoff's fields
+    policy_version: str
+    kb_version: str
+
+
 class Decision(BaseModel):
     action: Action
     message: str
@@ -105,17 +121,17 @@ class Decision(BaseModel):
     policy_version: str = ""
     kb_version: str = ""
     # Not part of the caller-visible contract: retrieval details for `ask --debug` and audits.
-    debug: dict[str, Any] | None = None
+    debug: dict[str, object] | None = None
 
     @field_validator("action", mode="before")
     @classmethod
-    def _synonyms(cls, v: Any) -> Any:
+    def _synonyms(cls, v: object) -> object:
         return parse_action(v) if isinstance(v, str) and not isinstance(v, Action) else v
 
-    def public_dict(self) -> dict[str, Any]:
+    def public_dict(self) -> DecisionJson:
         """The Decision as the caller-facing JSON (no debug field)."""
         return json.loads(self.model_dump_json(exclude={"debug"}))
 
 
-def decision_json_schema() -> dict[str, Any]:
+def decision_json_schema() -> dict[str, object]:
     return Decision.model_json_schema()

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any, Collection
+from typing import TYPE_CHECKING, Collection
 
+from kb.jsontypes import JsonObject
 from kb.models import RetrievalResult
 
 from . import recheck
 from .decision import Decision, EvidenceQuote, Handoff
 from .gates import GateOutcome
+
+if TYPE_CHECKING:  # the session writes these records: it imports this module
+    from .session import AsrSignal, Session
 
 
 def now() -> str:
@@ -36,9 +40,9 @@ def handoff_package(d: Decision, o: GateOutcome | None, *, question: str, normal
     return handoff
 
 
-def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[dict[str, Any]]:
+def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[JsonObject]:
     graded = {g.hit.locator: g for g in (o.graded if o else [])}
-    hits = []
+    hits: list[JsonObject] = []
     for h in (result.hits if result else []):
         g = graded.get(h.locator)
         hits.append({"locator": h.locator, "status": h.status.value, "lexical": round(h.lexical_score, 4),
@@ -49,9 +53,9 @@ def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[di
     return hits
 
 
-def audit_line(*, audit_id: str, session: Any, text: str, normalized: str, asr: Any, faults: Collection[str],
-               result: RetrievalResult | None, error: str | None, o: GateOutcome | None, d: Decision,
-               rc: recheck.RecheckResult, timings: dict[str, float], changes: list[str]) -> dict[str, Any]:
+def audit_line(*, audit_id: str, session: Session, text: str, normalized: str, asr: AsrSignal | None,
+               faults: Collection[str], result: RetrievalResult | None, error: str | None, o: GateOutcome | None,
+               d: Decision, rc: recheck.RecheckResult, timings: dict[str, float], changes: list[str]) -> JsonObject:
     """One turn, explainable after the fact: what was heard and searched, each hit's probability and
     its features, the deciding gate and its signals, the recheck, versions and timings."""
     return {

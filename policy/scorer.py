@@ -9,7 +9,9 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict, cast
+
+from kb.jsontypes import JsonObject
 
 from .features import FEATURES
 
@@ -19,6 +21,30 @@ KB_MODEL_NAME = "_answerability.json"
 
 class ScorerError(ValueError):
     pass
+
+
+class TreeJson(TypedDict):
+    """One tree in the scorer file: `Tree`'s fields."""
+
+    feature: list[int]
+    threshold: list[float]
+    left: list[int]
+    right: list[int]
+    value: list[float]
+
+
+class ScorerJson(TypedDict):
+    """The scorer file (`answerability.json`): `Scorer.to_json()`, read back by `Scorer.from_json()`."""
+
+    features: list[str]
+    mean: list[float]
+    scale: list[float]
+    coef: list[float]
+    intercept: float
+    rate: NotRequired[float]
+    meta: NotRequired[JsonObject]
+    trees: NotRequired[list[TreeJson]]
+    calibration: NotRequired[list[float]]
 
 
 @dataclass
@@ -48,7 +74,7 @@ class Scorer:
     scale: list[float]
     coef: list[float]
     intercept: float
-    meta: dict[str, Any] = field(default_factory=dict)  # what it was fitted on, for the audit
+    meta: JsonObject = field(default_factory=dict)  # what it was fitted on, for the audit
     trees: list[Tree] = field(default_factory=list)
     rate: float = 1.0
     # P(the best section of a turn answers it) from its p: a logistic in logit(p), fitted on turns
@@ -81,13 +107,13 @@ class Scorer:
         parts.sort(key=lambda x: -abs(x[0]))
         return [f"{n} {v:+.2f}" for v, n in parts[:top]]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ScorerJson:
         return {"features": list(self.features), "mean": self.mean, "scale": self.scale, "coef": self.coef,
                 "intercept": self.intercept, "rate": self.rate, "meta": self.meta,
-                "trees": [t.__dict__ for t in self.trees], "calibration": list(self.calibration)}
+                "trees": [cast(TreeJson, t.__dict__) for t in self.trees], "calibration": list(self.calibration)}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "Scorer":
+    def from_json(cls, data: ScorerJson) -> "Scorer":
         try:
             names = tuple(data["features"])
             unknown = set(names) - set(FEATURES)

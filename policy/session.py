@@ -7,7 +7,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Collection
+from typing import TYPE_CHECKING, Collection
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,7 @@ from . import recheck
 from .baselines import BASELINES  # the naive designs, run side by side by the evaluation
 from .compose import compose
 from .decision import Action, Decision, Reason
+from .evidence import GradedHit
 from .gates import GateOutcome, TurnFacts, decide
 from .language import asks_question, normalize_text
 from .normalize import normalize_transcript
@@ -49,7 +50,7 @@ class TurnOutcome(BaseModel):
     timings_ms: dict[str, float] = Field(default_factory=dict)
     retrieval: RetrievalResult | None = None
     gate: str = ""
-    graded: list[Any] = Field(default_factory=list)  # evidence.GradedHit per hit: p and features
+    graded: list[GradedHit] = Field(default_factory=list)  # per hit: p and features
 
 
 @dataclass

@@ -11,7 +11,9 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator, Mapping
+
+from kb.jsontypes import JsonObject
 
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
@@ -27,7 +29,8 @@ class JsonlStore:
         self.path = Path(path)
         self.fsync = fsync
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: Mapping[str, object]) -> None:
+        """A mapping; values json cannot write (a date, a Path) are written as their str()."""
         line = (json.dumps(record, ensure_ascii=False, default=str) + "\n").encode("utf-8", "replace")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with _lock_for(self.path):
@@ -48,7 +51,8 @@ class JsonlStore:
         with self.path.open("r", encoding="utf-8", errors="replace") as f:
             return sum(1 for line in f if line.strip() and not _parses(line))
 
-    def read(self) -> Iterator[dict[str, Any]]:
+    def read(self) -> Iterator[JsonObject]:
+        """The records as written (a JSON object per line)."""
         if not self.path.exists():
             return
         with self.path.open("r", encoding="utf-8", errors="replace") as f:

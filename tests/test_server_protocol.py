@@ -194,11 +194,23 @@ def test_parse_client_event_codes():
     assert parse_client_event('{"type":"start","sample_rate":8000}').sample_rate == 8000
     for raw, code in [("not json", "bad_json"), ("[1,2]", "bad_json"), ('{"type":"dance"}', "unknown_event"),
                       ('{"text":"x"}', "unknown_event"), ('{"type":"text"}', "bad_event"),
-                      ('{"type":"start","sample_rate":"fast"}', "bad_event")]:
+                      ('{"type":"start","sample_rate":"fast"}', "bad_event"), ('{"type": []}', "unknown_event"),
+                      ('{"type": {}}', "unknown_event"), ("[" * 60000, "bad_json")]:
         with pytest.raises(ProtocolError) as e:
             parse_client_event(raw)
         assert e.value.code == code, raw
         assert e.value.code in ERROR_CODES
+
+
+@pytest.mark.unit
+def test_parse_twilio_refuses_garbage_with_a_code():
+    from voice_agent.transport.twilio import parse_twilio
+
+    for raw, code in [('{"event": []}', "unknown_event"), ("[" * 60000, "bad_json"),
+                      ('{"event":"dtmf","dtmf":{"digit":"' + "1" * 10000 + '"}}', "bad_event")]:
+        with pytest.raises(ProtocolError) as e:
+            parse_twilio(raw)
+        assert e.value.code == code, raw[:40]
 
 
 @pytest.mark.unit
@@ -367,6 +379,29 @@ def test_busy_past_max_calls_then_slot_is_freed():
                 assert (await recv_json(d))["type"] == "ready"
             await b.close()
             assert await until(lambda: s.runtime.calls[0].closed and s.state.active == 0)
+    run(go())
+
+
+def test_silent_squatters_are_closed_and_real_calls_get_in():
+    """Ten connections that send `start` and then nothing cannot hold the call slots: each is
+    closed with `idle_timeout` once it has been silent for idle_timeout_s, and every real call
+    that comes after is admitted (10 of 10)."""
+    async def go():
+        async with Srv(max_calls=10, idle_timeout_s=0.5) as s:
+            squatters = [await connect(s.url()) for _ in range(10)]
+            for ws in squatters:
+                await ws.send(json.dumps({"type": "start"}))
+                await recv_json(ws)
+            closes = await asyncio.gather(*(collect_until_close(ws, timeout=5) for ws in squatters))
+            assert all(msgs[-1]["code"] == "idle_timeout" and code == 1008 for msgs, code in closes)
+            admitted = 0
+            for _ in range(10):
+                async with connect(s.url()) as real:
+                    await real.send(json.dumps({"type": "start"}))
+                    admitted += (await recv_json(real))["type"] == "ready"
+                    await real.send(json.dumps({"type": "stop"}))
+                    await collect_until_close(real)
+            assert admitted == 10
     run(go())
 
 

@@ -231,6 +231,32 @@ def test_tts_failure_degrades_to_a_spoken_transfer():
     assert second.handoff is not None and "transferring you" in tts.requests[-1]
 
 
+class DiesMidReplyTts(FakeTts):
+    """The worker dies after the first sentence of the first reply."""
+
+    def synthesize(self, text):
+        self.requests.append(text)
+        first = len(self.requests) == 1
+        for i, chunk in enumerate(FakeTts.synthesize(self, text)):
+            if first and i == 1:
+                raise TtsUnavailable("worker died mid-reply")
+            yield chunk
+
+
+@pytest.mark.unit
+def test_tts_dying_mid_reply_ends_that_reply_and_still_transfers():
+    """The interrupted reply gets its audio_end, so a wire holding the transfer until the audio
+    closes lets it go; the caller hears the spoken transfer and the transfer follows it."""
+    call, _, _, tts = make(tts=DiesMidReplyTts())
+    ev = asyncio.run(drive(call, text="When is my bill due?"))
+    assert kinds(ev) == ["decision", "audio_start", "audio_chunk", "audio_end", "decision", "audio_start",
+                         "audio_chunk", "audio_end", "transfer"]
+    first, second = [e.id for e in ev if e.type == "audio_start"]
+    assert [e.id for e in ev if e.type == "audio_end"] == [first, second]
+    decisions = [e.decision for e in ev if e.type == "decision"]
+    assert decisions[1].action == Action.transfer and "transferring you" in tts.requests[-1]
+
+
 @pytest.mark.unit
 def test_tts_down_twice_still_signals_the_transfer_and_an_error():
     call, *_ = make(tts=FakeTts(fail=2))

@@ -20,15 +20,17 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import cast
 
+import numpy as np
 import yaml
 
-from kb.measure import percentile
+from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
+from kb.measure import percentile
 from policy.cli import fail
 from voice_agent.audio import AudioError, read_wav
-from voice_agent.client import stream_call
+from voice_agent.client import CallResult, stream_call
 
 ROOT = Path(__file__).resolve().parent.parent
 MAX_CALLS_LIMIT = 64
@@ -151,8 +153,9 @@ def stop_server(proc: subprocess.Popen, timeout: float = 30.0) -> int:
     return int(proc.returncode)
 
 
-async def run_load(url: str, audio: Any, rate: int, calls: int, stagger_ms: float, timeout: float) -> list[Any]:
-    async def one(i: int) -> Any:
+async def run_load(url: str, audio: np.ndarray, rate: int, calls: int, stagger_ms: float,
+                   timeout: float) -> list[CallResult | Exception]:
+    async def one(i: int) -> CallResult | Exception:
         await asyncio.sleep(i * stagger_ms / 1000.0)
         try:
             return await stream_call(url, audio, rate, realtime=True, tail_silence_s=1.5, timeout_s=timeout)
@@ -171,7 +174,7 @@ def _count_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _tally(results: list[Any]) -> tuple[list[float], int, int, int, dict[str, int]]:
+def _tally(results: list[CallResult | Exception]) -> tuple[list[float], int, int, int, dict[str, int]]:
     """(first-turn latencies, calls with errors, busy rejections, answered calls, error counts by code)."""
     lat: list[float] = []
     errors, busy, answered = 0, 0, 0
@@ -184,7 +187,7 @@ def _tally(results: list[Any]) -> tuple[list[float], int, int, int, dict[str, in
         if r.busy:
             busy += 1
             continue
-        bad = [e.get("code", "?") for e in r.errors] + ([f"close_{r.close_code}"] if r.close_code not in (1000, 1001) else [])
+        bad = [cast(str, e.get("code", "?")) for e in r.errors] + ([f"close_{r.close_code}"] if r.close_code not in (1000, 1001) else [])
         if not r.decisions:
             bad.append("no_decision")
         for code in bad:
@@ -197,7 +200,7 @@ def _tally(results: list[Any]) -> tuple[list[float], int, int, int, dict[str, in
     return lat, errors, busy, answered, error_codes
 
 
-def _print_summary(summary: dict[str, Any]) -> None:
+def _print_summary(summary: JsonObject) -> None:
     print(f"bench load: {summary['calls']} concurrent calls (server max {summary['max_calls']}), {summary['cores']} cores")
     print(f"  end of speech -> first audio: p50 {summary['p50_ms']} ms, p95 {summary['p95_ms']} ms, "
           f"max {summary['max_ms']} ms over {summary['answered']} answered calls")

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 
@@ -33,6 +33,27 @@ from .stages.vad import StreamingVad
 SR = 16000
 CHUNK = SR // 50  # 20 ms
 STAGES = ["endpoint", "asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "total"]
+
+
+class BenchResult(TypedDict):
+    """The report (`--json` prints it): milliseconds per stage, rates, sizes, the settings used."""
+
+    p50_ms: float
+    p95_ms: float
+    stages: dict[str, dict[str, float]]  # stage -> {"p50": ms, "p95": ms}
+    rtf: float
+    rss_mb: float
+    cores: int
+    turns: int
+    recordings: int
+    asr_model: str
+    speculative_hit_rate: float
+    speculative_reply_hit_rate: float
+    pause_ms: int
+    early_end_rate: float
+    early_end_ms: int | None
+    load_s: float
+    goal: dict[str, int]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,7 +106,7 @@ def _pct(xs: list[float], q: float) -> float:
     return float("nan") if v is None else v
 
 
-async def _one(runtime: Any, pcm: np.ndarray, ends: list[float], config: Any) -> list[dict[str, float]]:
+async def _one(runtime: VoiceRuntime, pcm: np.ndarray, ends: list[float], config: CallConfig) -> list[dict[str, float]]:
     call = runtime.new_call(config=config)
     first_audio: list[float] = []  # wall time of each reply's first audio byte
     done = asyncio.Event()
@@ -149,7 +170,7 @@ def _turn_summary(row: dict[str, float]) -> str:
     return f"{row['total']:.0f} ms" + (f" ({'; '.join(marks)})" if marks else "")
 
 
-def _peak_rss_mb(runtime: Any) -> float:
+def _peak_rss_mb(runtime: VoiceRuntime) -> float:
     mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     pid = getattr(runtime.tts, "pid", None) if runtime.tts is not None else None
     if pid:
@@ -203,7 +224,7 @@ def _share(rows: list[dict[str, float]], key: str) -> float:
     return float(np.mean([r.get(key, 0.0) for r in rows]))
 
 
-def _print_text(result: dict[str, Any], raw: dict[str, float]) -> None:
+def _print_text(result: BenchResult, raw: dict[str, float]) -> None:
     """The human-readable report; `raw` holds the unrounded rates and sizes."""
     stages = result["stages"]
     print(f"\n{result['turns']} turns from {result['recordings']} recordings, ASR {result['asr_model']}, "
@@ -256,12 +277,13 @@ def cli(argv: list[str]) -> int:
     cores = usable_cores()
     raw = {"rtf": rtf, "spec": _share(rows, "asr_speculative"), "spec_reply": _share(rows, "speculative_reply"),
            "early": _share(rows, "early_end"), "rss": rss, "load_s": load_s}
-    result = {"p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
-              "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
-              "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(raw["spec"], 2),
-              "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
-              "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
-              "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
+    result: BenchResult = {
+        "p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
+        "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
+        "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(raw["spec"], 2),
+        "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
+        "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
+        "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
     if not args.json:
         _print_text(result, raw)
     else:

@@ -19,15 +19,15 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import numpy as np
 from pydantic import BaseModel, Field
-from websockets.asyncio.client import connect
+from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from voice_agent.audio import (AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, read_wav, resample,
-                               write_wav)
+from kb.jsontypes import JsonObject
+from voice_agent.audio import AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, read_wav, resample, write_wav
 
 __all__ = ["CallResult", "stream_call", "speech_ends", "cli"]
 
@@ -37,11 +37,11 @@ FRAME_MS = 20
 class CallResult(BaseModel):
     """What one streamed call saw. Times are seconds since the connection opened."""
 
-    events: list[dict[str, Any]] = Field(default_factory=list)  # text events, in order (no audio frames)
-    decisions: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[JsonObject] = Field(default_factory=list)  # text events, in order (no audio frames)
+    decisions: list[JsonObject] = Field(default_factory=list)
     transcripts: list[str] = Field(default_factory=list)  # final transcripts
-    transfers: list[dict[str, Any]] = Field(default_factory=list)  # native handoffs / Twilio mark names
-    errors: list[dict[str, Any]] = Field(default_factory=list)
+    transfers: list[JsonObject] = Field(default_factory=list)  # native handoffs / Twilio mark names
+    errors: list[JsonObject] = Field(default_factory=list)
     audio_frames: int = 0
     audio_bytes: int = 0
     reply_rate: int = 0
@@ -92,7 +92,7 @@ class _Call:
     texts: list[str] | None
     realtime: bool
     sample_rate: int
-    on_event: Callable[[dict[str, Any]], None] | None
+    on_event: Callable[[JsonObject], None] | None
     reply_audio: bytearray | None
     t0: float = field(default_factory=time.monotonic)
     stream_sid: str = field(default_factory=lambda: "MZ" + uuid.uuid4().hex)
@@ -102,7 +102,7 @@ class _Call:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def emit(self, ev: dict[str, Any]) -> None:
+    def emit(self, ev: JsonObject) -> None:
         self.res.events.append(ev)
         if self.on_event:
             self.on_event(ev)
@@ -118,7 +118,7 @@ class _Call:
             if a is None and t >= res.speech_end_s[i]:
                 res.first_audio_s[i] = t
 
-    def summary(self, key: str, ident: Any) -> None:
+    def summary(self, key: str, ident: object) -> None:
         """Emit one line standing for the reply audio frames received since the last one."""
         pending = self.pending_frames
         if pending[0]:
@@ -128,7 +128,7 @@ class _Call:
                        "seconds": round(pending[1] / per_sample / rate, 3)})
             pending[0] = pending[1] = 0
 
-    async def receive(self, ws: Any) -> None:
+    async def receive(self, ws: ClientConnection) -> None:
         async for msg in ws:
             if isinstance(msg, bytes):  # native reply audio
                 self.note_audio(len(msg))
@@ -145,17 +145,19 @@ class _Call:
             else:
                 await self._on_native(ws, ev)
 
-    async def _on_twilio(self, ws: Any, ev: dict[str, Any]) -> None:
+    async def _on_twilio(self, ws: ClientConnection, ev: JsonObject) -> None:
+        # The casts state the shape Twilio's (and our server's) messages have.
         kind = ev.get("event")
         if kind == "media":
-            data = base64.b64decode(ev.get("media", {}).get("payload", ""))
+            data = base64.b64decode(cast(str, cast(JsonObject, ev.get("media", {})).get("payload", "")))
             self.note_audio(len(data))
             if self.reply_audio is not None:
                 self.reply_audio.extend(float_to_pcm16(mulaw_decode(data)))
             return
         if kind == "mark":
-            self.summary("event", ev.get("mark", {}).get("name"))
-            name = str(ev.get("mark", {}).get("name", ""))
+            mark = cast(JsonObject, ev.get("mark", {}))
+            self.summary("event", mark.get("name"))
+            name = str(mark.get("name", ""))
             if name.startswith("transfer:"):
                 self.res.transfers.append({"mark": name, "handoff_id": name.split(":", 1)[1]})
             self.emit(ev)
@@ -166,29 +168,30 @@ class _Call:
             self.summary("event", None)
         self.emit(ev)
 
-    async def _on_native(self, ws: Any, ev: dict[str, Any]) -> None:
+    async def _on_native(self, ws: ClientConnection, ev: JsonObject) -> None:
+        # The casts state the shape of the protocol's server events (docs/PROTOCOL.md).
         res = self.res
         kind = ev.get("type")
         if kind == "audio":
-            res.reply_rate = int(ev.get("sample_rate") or 0)
+            res.reply_rate = int(cast(int, ev.get("sample_rate") or 0))
         elif kind == "audio_end":
             self.summary("type", ev.get("id"))
             await ws.send(json.dumps({"type": "played", "id": ev.get("id")}))
         elif kind == "clear":
             self.summary("type", None)
         elif kind == "decision":
-            res.decisions.append(ev["decision"])
+            res.decisions.append(cast(JsonObject, ev["decision"]))
         elif kind == "transcript" and ev.get("final"):
-            res.transcripts.append(ev.get("text", ""))
+            res.transcripts.append(cast(str, ev.get("text", "")))
         elif kind == "transfer":
-            res.transfers.append(ev.get("handoff") or {})
+            res.transfers.append(cast(JsonObject, ev.get("handoff") or {}))
         elif kind == "error":
             res.errors.append(ev)
             if ev.get("code") == "busy":
                 res.busy = True
         self.emit(ev)
 
-    def _frame_message(self, i: int, chunk: np.ndarray) -> Any:
+    def _frame_message(self, i: int, chunk: np.ndarray) -> str | bytes:
         if self.twilio:
             return json.dumps({"event": "media", "sequenceNumber": str(i + 3), "streamSid": self.stream_sid,
                                "media": {"track": "inbound", "chunk": str(i + 1),
@@ -196,7 +199,7 @@ class _Call:
                                          "payload": base64.b64encode(mulaw_encode(chunk)).decode()}})
         return float_to_pcm16(chunk)
 
-    async def send_audio(self, ws: Any) -> None:
+    async def send_audio(self, ws: ClientConnection) -> None:
         x, n = self.x, self.n
         frames = len(x) // n + (1 if len(x) % n else 0)
         start_t = time.monotonic()
@@ -214,7 +217,7 @@ class _Call:
             if not self.realtime and i % 50 == 49:
                 await asyncio.sleep(0)  # let the receiver run
 
-    async def _send_start(self, ws: Any) -> None:
+    async def _send_start(self, ws: ClientConnection) -> None:
         if self.twilio:
             await ws.send(json.dumps({"event": "connected", "protocol": "Call", "version": "1.0.0"}))
             params = dict(self.caller or {})
@@ -226,20 +229,20 @@ class _Call:
                           "tracks": ["inbound"], "customParameters": params,
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}))
         else:
-            start: dict[str, Any] = {"type": "start", "protocol": 1, "sample_rate": self.sample_rate,
+            start: JsonObject = {"type": "start", "protocol": 1, "sample_rate": self.sample_rate,
                                      "caller": dict(self.caller or {})}
             if self.token:
                 start["token"] = self.token
             await ws.send(json.dumps(start))
 
-    async def _send_stop(self, ws: Any) -> None:
+    async def _send_stop(self, ws: ClientConnection) -> None:
         if self.twilio:
             await ws.send(json.dumps({"event": "stop", "sequenceNumber": "9999", "streamSid": self.stream_sid,
                                       "stop": {"accountSid": "AC" + "0" * 32, "callSid": self.call_sid}}))
         else:
             await ws.send(json.dumps({"type": "stop"}))
 
-    async def conversation(self, ws: Any) -> None:
+    async def conversation(self, ws: ClientConnection) -> None:
         recv_task = asyncio.create_task(self.receive(ws))
         try:
             await self._send_start(ws)
@@ -268,7 +271,7 @@ async def stream_call(
     realtime: bool = True,
     sample_rate: int = 16000,
     tail_silence_s: float = 1.0,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_event: Callable[[JsonObject], None] | None = None,
     reply_audio: bytearray | None = None,
     timeout_s: float = 120.0,
 ) -> CallResult:
@@ -374,7 +377,7 @@ def cli(argv: list[str]) -> int:
             return 2
     reply = bytearray()
 
-    def show(ev: dict[str, Any]) -> None:
+    def show(ev: JsonObject) -> None:
         print(json.dumps(ev, ensure_ascii=False), flush=True)
 
     try:

@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from evaluation.cases import Case
 from evaluation.cli import cli as eval_cli
 from policy.decision import Decision
+from policy.engine import Engine
 
 from .audio import float_to_pcm16, read_wav, resample
 from .call import CallConfig, VoiceRuntime
+from .interfaces import CallLike, CallRuntime
 
 CHUNK_MS = 20
 RATE = 16000
 SETTLE_TIMEOUT_S = 60.0  # a turn's ASR + policy + TTS on 2 busy cores stays well under this
 QUIET_S = 3.0
+# (what the caller was heard to say, what was decided, problems of the voice path), per detected turn
+CaseAudio = tuple[list[str], list[Decision], list[str]]
 
 
-def default_config() -> Any:
+def default_config() -> CallConfig:
     # Audio is fed faster than real time, so a later turn would "interrupt" an earlier reply that is
     # still being rendered; barge-in is off so every turn's reply is rendered whole.
     return CallConfig(input_rate=RATE, barge_in=False, reply_lead_s=None)
@@ -36,26 +40,26 @@ class _Heard:
     def __init__(self) -> None:
         self.transcripts: list[str] = []
         self.decisions: list[Decision] = []
-        self.audio_bytes: dict[Any, int] = {}
-        self.ended: set[Any] = set()
-        self.replies: list[Any] = []  # audio id per decision, in order
+        self.audio_bytes: dict[str, int] = {}
+        self.ended: set[str] = set()
+        self.replies: list[str] = []  # audio id per decision, in order
         self.errors: list[str] = []
         self.changed = asyncio.Event()
 
-    async def consume(self, call: Any) -> None:
+    async def consume(self, call: CallLike) -> None:
         async for ev in call.events():
-            kind = ev.type
-            if kind == "transcript" and getattr(ev, "final", True):
+            # `ev.type` (not a copy of it) so the checker narrows the event's class
+            if ev.type == "transcript" and getattr(ev, "final", True):
                 self.transcripts.append(ev.text)
-            elif kind == "decision":
+            elif ev.type == "decision":
                 self.decisions.append(ev.decision)
-            elif kind == "audio_start":
+            elif ev.type == "audio_start":
                 self.replies.append(ev.id)
-            elif kind == "audio_chunk":
+            elif ev.type == "audio_chunk":
                 self.audio_bytes[ev.id] = self.audio_bytes.get(ev.id, 0) + len(ev.data)
-            elif kind == "audio_end":
+            elif ev.type == "audio_end":
                 self.ended.add(ev.id)
-            elif kind == "error":
+            elif ev.type == "error":
                 self.errors.append(f"{ev.code}: {ev.message}")
             self.changed.set()
 
@@ -90,7 +94,7 @@ class _Heard:
         return problems
 
 
-async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str) -> tuple[list[str], list[Decision], list[str]]:
+async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str) -> CaseAudio:
     pcm, sr = read_wav(wav_path)
     rate = RATE
     if sr != rate:
@@ -115,8 +119,8 @@ async def _run(runtime: Any, case: Case, wav_path: Path, config: Any, role: str)
     return heard.transcripts, heard.decisions, heard.problems()
 
 
-def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,
-                   config: Any = None, role: str = "public") -> tuple[list[str], list[Decision], list[str]]:
+def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
+                   config: CallConfig | None = None, role: str = "public") -> CaseAudio:
     """Feed `<case id>.wav` through a new call of `runtime` (a `VoiceRuntime`) and collect what the
     caller was heard to say and what the agent decided, one per detected turn. `role` applies to
     cases that name none. The third element lists problems of the voice path (no reply audio, call
@@ -125,7 +129,7 @@ def run_audio_case(runtime: Any, case: Case, wav_path: str | Path, *,
 
 
 def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,
-                role: str) -> tuple[Any, Any]:
+                role: str) -> tuple[Engine, Callable[[Case, str | Path], CaseAudio]]:
     """The voice runtime for `--audio-dir`: its engine and a runner feeding one case's WAV."""
     runtime = VoiceRuntime.load(kb, state_dir=state_dir, policy_file=policy_file)
     runtime.engine.on_date = on_date

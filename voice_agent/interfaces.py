@@ -1,10 +1,11 @@
 """The typed seams of the voice path: what a call needs from a clock, a transcriber, a speech
-synthesizer and the policy, as `typing.Protocol`s. The real stages and the test fakes both
+synthesizer and the policy, and what the code driving calls needs from a call and from the
+runtime that opens it, as `typing.Protocol`s. The real classes and the test fakes both
 implement them, so mypy catches a fake that drifts from the real class."""
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -13,6 +14,8 @@ from policy.decision import Decision, Reason
 from policy.session import AsrSignal
 
 if TYPE_CHECKING:  # only for annotations: the stages import numpy/onnx at their own pace
+    from .call.config import CallConfig
+    from .call.events import CallEvent
     from .stages.asr import AsrResult
     from .stages.tts import TtsChunk
 
@@ -91,3 +94,26 @@ class PolicySession(Protocol):
     def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None: ...
 
     def degrade_to_transfer(self, decision: Decision, reason: Reason, message: str, question: str) -> Decision: ...
+
+
+class CallLike(Protocol):
+    """One call as the code that drives it sees it (server, replay, evaluation, mic): caller
+    audio and typed turns in, `CallEvent`s out. `call.CallSession` is the real one; tests
+    drive fakes that emit the real events."""
+
+    def events(self) -> AsyncIterator[CallEvent]: ...
+
+    async def feed_audio(self, pcm16: bytes) -> None: ...
+
+    async def text_turn(self, text: str) -> None: ...
+
+    async def end_of_input(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class CallRuntime(Protocol):
+    """What opens calls: `call.VoiceRuntime` (warm models shared by all calls), or a test fake."""
+
+    def new_call(self, *, role: str = "public", facets: dict[str, str] | None = None,
+                 config: CallConfig | None = None) -> CallLike: ...

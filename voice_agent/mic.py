@@ -11,7 +11,7 @@ import collections
 import json
 import sys
 import threading
-from typing import Any
+from types import ModuleType
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from policy.cli import fail
 
 from .audio import float_to_pcm16, pcm16_to_float
 from .call import CallConfig, VoiceRuntime
+from .interfaces import CallRuntime
 
 SR = 16000
 BLOCK = SR // 50  # 20 ms
@@ -39,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def open_sounddevice(input_device: Any = None) -> Any:
+def open_sounddevice(input_device: str | None = None) -> ModuleType:
     """Import sounddevice and check there is a microphone; raises RuntimeError with the fix."""
     try:
         import sounddevice as sd  # optional: needs PortAudio; only `run.py mic` uses it
@@ -56,7 +57,8 @@ def open_sounddevice(input_device: Any = None) -> Any:
     return sd
 
 
-def _device(d: Any) -> Any:
+def _device(d: str | None) -> int | str | None:
+    """A --input-device/--output-device value: a device index when it is all digits, else a name."""
     if d is None:
         return None
     return int(d) if str(d).isdigit() else d
@@ -77,7 +79,7 @@ class _Speaker:
         with self._lock:
             self._buf.clear()
 
-    def callback(self, outdata: np.ndarray, frames: int, _time: Any, _status: Any) -> None:
+    def callback(self, outdata: np.ndarray, frames: int, _time: object, _status: object) -> None:
         out = np.zeros(frames, dtype=np.float32)
         i = 0
         with self._lock:
@@ -93,13 +95,13 @@ class _Speaker:
         outdata[:, 0] = out
 
 
-async def _run(args: argparse.Namespace, sd: Any, runtime: Any) -> None:
+async def _run(args: argparse.Namespace, sd: ModuleType, runtime: CallRuntime) -> None:
     loop = asyncio.get_running_loop()
     mic_q: asyncio.Queue[bytes] = asyncio.Queue()
     speaker = _Speaker()
     call = runtime.new_call(role=args.role, config=CallConfig(barge_in=not args.no_barge_in, output_rate=SR))
 
-    def on_mic(indata: np.ndarray, frames: int, _time: Any, _status: Any) -> None:
+    def on_mic(indata: np.ndarray, frames: int, _time: object, _status: object) -> None:
         loop.call_soon_threadsafe(mic_q.put_nowait, float_to_pcm16(indata[:, 0].copy()))
 
     async def show() -> None:

@@ -7,15 +7,16 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
 from policy.cli import fail
 
 from .audio import AudioError, float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
 from .call import CallConfig, VoiceRuntime
+from .interfaces import CallRuntime
 
 SR = 16000
 GAP_S = 0.4  # silence between replies in the written reply audio
@@ -36,12 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-async def replay(runtime: Any, pcm: np.ndarray, *, role: str = "public", facets: dict[str, str] | None = None
-                 ) -> tuple[list[dict[str, Any]], np.ndarray]:
+async def replay(runtime: CallRuntime, pcm: np.ndarray, *, role: str = "public", facets: dict[str, str] | None = None
+                 ) -> tuple[list[JsonObject], np.ndarray]:
     """Feed a 16 kHz recording through one call; returns (turns, reply audio at 16 kHz)."""
     # Fed faster than real time: barge-in would cut replies short, so it is off here.
     call = runtime.new_call(role=role, facets=facets, config=CallConfig(barge_in=False, output_rate=SR, reply_lead_s=None))
-    turns: list[dict[str, Any]] = []
+    turns: list[JsonObject] = []
     audio: dict[str, list[bytes]] = {}
     order: list[str] = []
 

@@ -99,6 +99,8 @@ class Replies(CallCore):
                     self._send(reply_id, out_rs.flush())
                 self._emit(AudioEnd(id=reply_id))
         except BaseException:
+            if started and not cancel.is_set():
+                self._emit(AudioEnd(id=reply_id))  # what was sent is all there is: a held transfer may go
             render.cancel()  # a failed or torn-down reply stops rendering (and frees the TTS worker)
             raise
         finally:

@@ -18,12 +18,15 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from kb.measure import usable_cores
+
+if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
+    from faster_whisper import WhisperModel
 
 SAMPLE_RATE = 16000
 MAX_PROMPT_TERMS = 40  # whisper's prompt may hold up to 223 tokens; keep it short and relevant
@@ -314,10 +317,10 @@ class Transcriber:
     def _empty(self, duration: float) -> AsrResult:
         return self._finish("", 0.0, 1.0, self.language or "en", duration, [], 0.0)
 
-    def _language(self, model: Any) -> str | None:
+    def _language(self, model: WhisperModel) -> str | None:
         return self.language or (None if model.model.is_multilingual else "en")
 
-    def _decode_full(self, model: Any, x: np.ndarray, prompt: str | None) -> AsrResult:
+    def _decode_full(self, model: WhisperModel, x: np.ndarray, prompt: str | None) -> AsrResult:
         segs, info = model.transcribe(
             x,
             language=self._language(model),
@@ -340,7 +343,7 @@ class Transcriber:
             avg, ns = -10.0, 1.0  # faster-whisper drops segments it judged silent
         return self._finish(text, avg, ns, info.language, len(x) / SAMPLE_RATE, segments, 30.0)
 
-    def _decode_short(self, model: Any, x: np.ndarray, prompt: str | None) -> AsrResult:
+    def _decode_short(self, model: WhisperModel, x: np.ndarray, prompt: str | None) -> AsrResult:
         # heavy: CTranslate2 and faster-whisper, only once a model is decoding
         import ctranslate2
         from faster_whisper.tokenizer import Tokenizer

@@ -24,10 +24,12 @@ import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import IO, Any, Iterator, Literal
+from typing import IO, Iterator, Literal, TypedDict, Unpack
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
+
+from kb.jsontypes import JsonObject
 
 from ..audio import float_to_pcm16, mulaw_encode, resample
 from .speech_text import quick_start, speakable, split_sentences
@@ -41,6 +43,25 @@ TTS_NICE = 10
 
 class TtsUnavailable(RuntimeError):
     """The TTS worker could not render this request (dead, stuck or failing)."""
+
+
+class SynthesisOptions(TypedDict, total=False):
+    """The keyword options of `TtsClient.synthesize`, for the methods that pass them on."""
+
+    normalize: bool
+    length_scale: float | None
+    noise_scale: float | None
+    noise_w_scale: float | None
+
+
+class ClientOptions(TypedDict, total=False):
+    """`TtsClient`'s options after the voice, for `TtsPool`, which builds its clients."""
+
+    start_timeout_s: float
+    frame_timeout_s: float
+    python: str | None
+    nice: bool
+    threads: int
 
 
 class TtsChunk(BaseModel):
@@ -268,7 +289,7 @@ class TtsClient:
         with self._lock:
             worker = self._ensure_ready()
             rid = next(self._ids)
-            request: dict[str, Any] = {"id": rid, "sentences": sentences}
+            request: JsonObject = {"id": rid, "sentences": sentences}
             for key, value in (("length_scale", length_scale), ("noise_scale", noise_scale),
                                ("noise_w_scale", noise_w_scale)):
                 if value is not None:
@@ -305,7 +326,7 @@ class TtsClient:
                     except OSError:
                         pass
 
-    def synthesize_all(self, text: str, **kw: Any) -> tuple[np.ndarray, int]:
+    def synthesize_all(self, text: str, **kw: Unpack[SynthesisOptions]) -> tuple[np.ndarray, int]:
         """The whole utterance as one int16 array plus its sample rate."""
         chunks = list(self.synthesize(text, **kw))
         if not chunks:
@@ -313,7 +334,8 @@ class TtsClient:
         return np.concatenate([c.pcm for c in chunks]), chunks[0].sample_rate
 
     def synthesize_to(self, text: str, sample_rate: int = 16000,
-                      encoding: Literal["pcm16", "mulaw"] = "pcm16", **kw: Any) -> Iterator[bytes]:
+                      encoding: Literal["pcm16", "mulaw"] = "pcm16",
+                      **kw: Unpack[SynthesisOptions]) -> Iterator[bytes]:
         """Like synthesize(), but each sentence resampled for the sink: PCM16 little-endian
         bytes or G.711 μ-law bytes at `sample_rate` (e.g. 8000 for a phone line)."""
         if encoding not in ("pcm16", "mulaw"):
@@ -328,7 +350,7 @@ class TtsClient:
 class TtsPool:
     """Several workers for concurrent calls; each request takes whichever worker is free."""
 
-    def __init__(self, size: int = 2, voice: str = "joe", **client_kw: Any) -> None:
+    def __init__(self, size: int = 2, voice: str = "joe", **client_kw: Unpack[ClientOptions]) -> None:
         if size < 1:
             raise ValueError("TtsPool size must be at least 1")
         # Several workers on few cores render faster together on one onnxruntime thread each
@@ -348,13 +370,13 @@ class TtsPool:
                 c._ensure_ready()
         return self
 
-    def _lock_all(self) -> Any:
+    def _lock_all(self) -> ExitStack[bool | None]:
         stack = ExitStack()
         for c in self.clients:
             stack.enter_context(c._lock)
         return stack
 
-    def synthesize(self, text: str, *, wait_s: float = 30.0, **kw: Any) -> Iterator[TtsChunk]:
+    def synthesize(self, text: str, *, wait_s: float = 30.0, **kw: Unpack[SynthesisOptions]) -> Iterator[TtsChunk]:
         try:
             client = self._idle.get(timeout=wait_s)
         except queue.Empty:

@@ -50,13 +50,16 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
+
+if TYPE_CHECKING:  # heavy, GPL: piper loads at run time only inside `_load_voice`
+    from piper import PiperVoice
 
 LOG = logging.getLogger("tts_worker")
 PROTOCOL_VERSION = 1
 
 
-def _load_voice(name: str, threads: int = 0) -> Any:
+def _load_voice(name: str, threads: int = 0) -> PiperVoice:
     """Load a piper voice by name. Only 'joe' ships as a pip package today. `threads` > 0 caps
     onnxruntime's threads (0: its default, one per core)."""
     if name != "joe":
@@ -87,7 +90,7 @@ class FrameWriter:
         self._out = out
         self._lock = threading.Lock()
 
-    def send(self, header: dict[str, Any], payload: bytes = b"") -> None:
+    def send(self, header: dict[str, object], payload: bytes = b"") -> None:
         header = dict(header, bytes=len(payload))
         raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
         with self._lock:
@@ -126,7 +129,7 @@ def _read_requests(inp: BinaryIO, work: "queue.Queue[dict | None]", cancelled: s
 _SYN_KEYS = ("length_scale", "noise_scale", "noise_w_scale")
 
 
-def _render(voice: Any, req: dict, cancelled: set, writer: FrameWriter) -> None:
+def _render(voice: PiperVoice, req: dict, cancelled: set, writer: FrameWriter) -> None:
     from piper.config import SynthesisConfig  # heavy, GPL: piper, only in this worker process
 
     rid = req.get("id")

@@ -38,6 +38,8 @@ class ServerConfig(BaseModel):
     max_turn_s: float = Field(30.0, gt=0, description="longest caller turn (audio) before it is cut")
     max_session_s: float = Field(1800.0, gt=0, description="longest call, wall clock")
     start_timeout_s: float = Field(10.0, gt=0, description="time a client has to send `start`")
+    idle_timeout_s: float = Field(60.0, gt=0, description="a call that sends nothing for this long, with no "
+                                  "reply in flight, is closed (a squatter holding a call slot)")
     max_protocol_errors: int = Field(20, ge=1, description="bad events tolerated before closing")
     end_silence_ms: int = Field(500, ge=100, le=5000)
     sample_rates: list[int] = Field(default_factory=lambda: [8000, 16000, 22050, 24000, 32000, 44100, 48000])

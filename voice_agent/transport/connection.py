@@ -9,16 +9,17 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
+from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
+from websockets.typing import Data
 
 from .driver import CallDriver, is_closed_error
 from .state import LOG, Fatal, ServerState, log_event
 
 Report = Callable[[str, str], Awaitable[None]]  # (error code, message) to the caller or the log
-OnMessage = Callable[[Any], Awaitable["str | None"]]
+OnMessage = Callable[[Data], Awaitable["str | None"]]  # one client message → "stop" or None
 
 
 @dataclass
@@ -29,7 +30,7 @@ class Connection:
     driver: CallDriver | None = None
 
 
-async def serve_connection(ws: Any, state: ServerState, endpoint: str, report: Report,
+async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: str, report: Report,
                            open_call: Callable[[Connection], Awaitable[OnMessage]]) -> None:
     """Admit, let the endpoint open its call (setting `conn.driver`), supervise, finish; any
     failure ends in one report and one close, and the call slot is always released."""
@@ -71,13 +72,15 @@ async def _close_driver(conn: Connection) -> None:
         await conn.driver.close()
 
 
-async def supervise(ws: Any, state: ServerState, driver: CallDriver,
-                    on_message: Callable[[Any], Awaitable[str | None]]) -> str:
-    """Read client messages until the client stops, disconnects, the session runs out, or the
-    server shuts down. Returns how it ended: stop | disconnect | shutdown | session_too_long |
-    the Fatal code. Never lets a client message start work once the end is decided."""
+async def supervise(ws: ServerConnection, state: ServerState, driver: CallDriver,
+                    on_message: OnMessage) -> str:
+    """Read client messages until the client stops, disconnects, goes silent, the session runs
+    out, or the server shuts down. Returns how it ended: stop | disconnect | shutdown |
+    session_too_long | idle_timeout | the Fatal code. Never lets a client message start work once
+    the end is decided."""
     halt = asyncio.Event()
     in_recv = False
+    heard = [time.monotonic()]  # when the client last sent anything
 
     async def reader() -> str:
         nonlocal in_recv
@@ -87,6 +90,7 @@ async def supervise(ws: Any, state: ServerState, driver: CallDriver,
                 msg = await ws.recv()
             finally:
                 in_recv = False
+            heard[0] = time.monotonic()
             if halt.is_set():
                 return "halted"
             if await on_message(msg) == "stop":
@@ -94,19 +98,18 @@ async def supervise(ws: Any, state: ServerState, driver: CallDriver,
         return "halted"
 
     read_task = asyncio.create_task(reader())
-    shutdown_task = asyncio.create_task(state.shutting_down.wait())
-    deadline_task = asyncio.create_task(asyncio.sleep(state.config.max_session_s))
+    ends = {asyncio.create_task(state.shutting_down.wait()): "shutdown",
+            asyncio.create_task(asyncio.sleep(state.config.max_session_s)): "session_too_long",
+            asyncio.create_task(_silence(driver, heard, state.config.idle_timeout_s)): "idle_timeout"}
     try:
-        done, _ = await asyncio.wait({read_task, shutdown_task, deadline_task}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({read_task, *ends}, return_when=asyncio.FIRST_COMPLETED)
         if read_task in done:
             try:
                 read_task.result()
                 return "stop"
             except ConnectionClosed:
                 return "disconnect"
-            except Fatal:
-                raise
-        # Shutdown or deadline: take no new client input; let a message being handled finish.
+        # Shutdown, deadline or silence: take no new client input; let a message being handled finish.
         halt.set()
         if in_recv:
             read_task.cancel()
@@ -114,15 +117,26 @@ async def supervise(ws: Any, state: ServerState, driver: CallDriver,
             await read_task
         except (asyncio.CancelledError, ConnectionClosed, Fatal):
             pass
-        return "shutdown" if shutdown_task in done else "session_too_long"
+        return next(how for task, how in ends.items() if task in done)
     finally:
-        for t in (read_task, shutdown_task, deadline_task):
+        for t in (read_task, *ends):
             if not t.done():
                 t.cancel()
-        await asyncio.gather(read_task, shutdown_task, deadline_task, return_exceptions=True)
+        await asyncio.gather(read_task, *ends, return_exceptions=True)
 
 
-async def finish(ws: Any, state: ServerState, driver: CallDriver, how: str,
+async def _silence(driver: CallDriver, heard: list[float], limit_s: float) -> None:
+    """Returns once the client has sent nothing for `limit_s` while no reply of ours was in flight
+    (a caller listening to a reply is not idle): a squatter holding a call slot."""
+    while True:
+        await asyncio.sleep(min(limit_s / 4, 1.0))
+        if driver.busy():
+            heard[0] = max(heard[0], time.monotonic())
+        elif time.monotonic() - heard[0] >= limit_s:
+            return
+
+
+async def finish(ws: ServerConnection, state: ServerState, driver: CallDriver, how: str,
                  send_error: Callable[[str, str], Awaitable[None]]) -> None:
     """Close a call the way `supervise` said it ended."""
     if how in ("stop", "shutdown"):
@@ -132,6 +146,8 @@ async def finish(ws: Any, state: ServerState, driver: CallDriver, how: str,
                         state.config.drain_timeout_s)
     elif how == "session_too_long":
         await send_error("session_too_long", f"the call exceeded the {state.config.max_session_s:g}s session limit")
+    elif how == "idle_timeout":
+        await send_error("idle_timeout", f"nothing was sent for {state.config.idle_timeout_s:g}s; the call is closed")
     t = time.monotonic()
     await driver.close()
     t_call = time.monotonic() - t
@@ -141,7 +157,7 @@ async def finish(ws: Any, state: ServerState, driver: CallDriver, how: str,
               ws_close_ms=round((time.monotonic() - t - t_call) * 1000))
 
 
-async def close_ws(ws: Any, code: int, reason: str) -> None:
+async def close_ws(ws: ServerConnection, code: int, reason: str) -> None:
     try:
         await asyncio.wait_for(ws.close(code, reason[:120]), 3.0)
     except Exception:
@@ -177,7 +193,7 @@ def is_voiced(pcm: bytes) -> bool:
     return rms > 150.0  # about -47 dBFS: silence and line noise stay below
 
 
-async def recv_before_start(ws: Any, state: ServerState, deadline: float) -> Any:
+async def recv_before_start(ws: ServerConnection, state: ServerState, deadline: float) -> Data:
     """One message while waiting for `start`: bounded by the start timeout, and abandoned when
     the server shuts down (a silent connection must not hold up shutdown)."""
     left = deadline - time.monotonic()

@@ -6,11 +6,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from websockets.exceptions import ConnectionClosed
 
+from policy.decision import Handoff
+from voice_agent.call import CallEvent
+from voice_agent.interfaces import CallLike
+
 from .state import LOG, log_event
+
+Emit = Callable[[str, CallEvent], Awaitable[None]]  # (the event's kind, the event) onto the wire
 
 
 class CallDriver:
@@ -20,12 +25,12 @@ class CallDriver:
     QUIET_S = 0.4  # no event for this long and nothing open = the call is idle
     PENDING_SPEECH_S = 1.5  # the same, when caller speech has not been transcribed yet
 
-    def __init__(self, call: Any, emit: Callable[[str, Any], Awaitable[None]], session: str, endpoint: str):
+    def __init__(self, call: CallLike, emit: Emit, session: str, endpoint: str):
         self.call = call
         self.emit = emit
         self.session = session
         self.endpoint = endpoint
-        self.audio_open: set[Any] = set()
+        self.audio_open: set[str] = set()
         self.turns_pending = 0  # typed or transcribed turns still waiting for their decision
         self.transfer_pending = False  # a transfer decision whose package is not sent yet
         self.last_event = time.monotonic()
@@ -46,18 +51,18 @@ class CallDriver:
         try:
             async for ev in self.call.events():
                 self.last_event = time.monotonic()
-                kind = ev.type  # every call event names its kind
-                if kind == "audio_start":
+                kind = ev.type  # every call event names its kind (`ev.type` below narrows the union)
+                if ev.type == "audio_start":
                     self.audio_open.add(ev.id)
-                elif kind == "audio_end":
+                elif ev.type == "audio_end":
                     self.audio_open.discard(ev.id)
-                elif kind == "clear":
+                elif ev.type == "clear":
                     self.audio_open.clear()
-                elif kind == "transcript" and ev.final:
+                elif ev.type == "transcript" and ev.final:
                     self.turns_pending = max(self.turns_pending, 1)
                     self.speech_pending = False
                     log_event("transcript", session=self.session, endpoint=self.endpoint, text=ev.text)
-                elif kind == "decision":
+                elif ev.type == "decision":
                     self.turns_pending = max(0, self.turns_pending - 1)
                     self.speech_pending = False
                     self.decisions += 1
@@ -69,9 +74,9 @@ class CallDriver:
                               citations=[c.doc_id for c in d.citations], kb_version=d.kb_version,
                               handoff=d.handoff.id if d.handoff else None,
                               timings_ms={k: round(v, 1) for k, v in (getattr(ev, "timings_ms", None) or {}).items()})
-                elif kind == "transfer":
+                elif ev.type == "transfer":
                     self.transfer_pending = False
-                elif kind == "error":
+                elif ev.type == "error":
                     log_event("call_error", session=self.session, code=ev.code, message=ev.message)
                 if self.wire_closed:
                     continue  # keep draining so the call's queue never blocks its worker
@@ -155,15 +160,15 @@ class AudioGate:
     """Tracks open reply audio; a transfer waits until none is open, so the caller hears the
     whole message before the hand-over. `release` sends one held transfer on the wire."""
 
-    def __init__(self, release: Callable[[Any], Awaitable[None]]):
+    def __init__(self, release: Callable[[Handoff], Awaitable[None]]):
         self._release = release
-        self._open: set[Any] = set()
-        self._held: list[Any] = []
+        self._open: set[str] = set()
+        self._held: list[Handoff] = []
 
-    def started(self, audio_id: Any) -> None:
+    def started(self, audio_id: str) -> None:
         self._open.add(audio_id)
 
-    async def ended(self, audio_id: Any) -> None:
+    async def ended(self, audio_id: str) -> None:
         self._open.discard(audio_id)
         await self._flush()
 
@@ -171,7 +176,7 @@ class AudioGate:
         self._open.clear()
         await self._flush()
 
-    async def transfer(self, handoff: Any) -> None:
+    async def transfer(self, handoff: Handoff) -> None:
         self._held.append(handoff)
         await self._flush()
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import cast
+
+from pydantic import BaseModel
+from websockets.asyncio.server import ServerConnection
+from websockets.typing import Data
+
+from voice_agent.call import CallEvent
 
 from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before_start, serve_connection
 from .driver import AudioGate, CallDriver
@@ -18,33 +24,34 @@ from .config import ServerConfig
 class NativeWire:
     """CallEvents → native protocol frames (text JSON events, binary reply audio)."""
 
-    def __init__(self, ws: Any):
+    def __init__(self, ws: ServerConnection):
         self.ws = ws
         self.gate = AudioGate(lambda handoff: self.send(Transfer(handoff=handoff)))
 
-    async def send(self, event: Any) -> None:
+    async def send(self, event: BaseModel) -> None:
         await self.ws.send(encode(event))
 
-    async def emit(self, kind: str, ev: Any) -> None:
-        if kind == "transcript":
+    async def emit(self, kind: str, ev: CallEvent) -> None:
+        # `kind` is `ev.type` (CallDriver passes both); testing `ev.type` narrows the event's class.
+        if ev.type == "transcript":
             await self.send(Transcript(final=bool(ev.final), text=ev.text))
-        elif kind == "decision":
+        elif ev.type == "decision":
             await self.send(DecisionOut(decision=ev.decision))
-        elif kind == "audio_start":
+        elif ev.type == "audio_start":
             self.gate.started(ev.id)
             await self.send(Audio(id=ev.id, sample_rate=int(ev.sample_rate)))
-        elif kind == "audio_chunk":
+        elif ev.type == "audio_chunk":
             if ev.data:
                 await self.ws.send(bytes(ev.data))
-        elif kind == "audio_end":
+        elif ev.type == "audio_end":
             await self.send(AudioEnd(id=ev.id))
             await self.gate.ended(ev.id)
-        elif kind == "clear":
+        elif ev.type == "clear":
             await self.send(Clear())
             await self.gate.cleared()
-        elif kind == "transfer":
+        elif ev.type == "transfer":
             await self.gate.transfer(ev.handoff)
-        elif kind == "error":
+        elif ev.type == "error":
             await self.send(wire_error(ev.code, str(ev.message)))
 
 
@@ -53,7 +60,7 @@ def wire_error(code: str, message: str) -> Error:
     return Error(code=cast(ErrorCode, code) if code in ERROR_CODES else "call_failed", message=message)
 
 
-async def handle_native(ws: Any, state: ServerState) -> None:
+async def handle_native(ws: ServerConnection, state: ServerState) -> None:
     async def report(code: str, message: str) -> None:
         try:
             await ws.send(encode(wire_error(code, message)))
@@ -66,7 +73,7 @@ async def handle_native(ws: Any, state: ServerState) -> None:
     await serve_connection(ws, state, "native", report, open_call)
 
 
-async def _open_call(ws: Any, state: ServerState, conn: Connection,
+async def _open_call(ws: ServerConnection, state: ServerState, conn: Connection,
                      report: Callable[[str, str], Awaitable[None]]) -> OnMessage:
     cfg = state.config
     start = await _await_start(ws, state, report)
@@ -93,7 +100,7 @@ def _message_handler(driver: CallDriver, wire: NativeWire, cfg: ServerConfig, ra
     errors = 0
     turn_limit_bytes = int(cfg.max_turn_s * rate * 2)
 
-    async def on_message(msg: Any) -> str | None:
+    async def on_message(msg: Data) -> str | None:
         nonlocal errors
         try:
             if isinstance(msg, (bytes, bytearray, memoryview)):
@@ -136,7 +143,7 @@ def check_size(n: int, cfg: ServerConfig) -> None:
         raise Fatal("frame_too_large", f"message of {n} bytes; the limit is {cfg.max_frame_bytes}", 1009)
 
 
-async def _await_start(ws: Any, state: ServerState, report: Callable[[str, str], Awaitable[None]]) -> Start:
+async def _await_start(ws: ServerConnection, state: ServerState, report: Callable[[str, str], Awaitable[None]]) -> Start:
     """Read until a valid `start`; other events before it get `not_started` (non-fatal)."""
     cfg = state.config
     deadline = time.monotonic() + cfg.start_timeout_s

@@ -7,10 +7,11 @@ mono: caller audio at the `start` sample rate, reply audio at the rate its `audi
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
+from kb.jsontypes import JsonObject
 from policy.decision import Decision
 
 # Call events that go on the wire as they are: one class each, shared with the call layer.
@@ -44,6 +45,7 @@ ERROR_CODES: dict[str, str] = {
     "busy": "the server is at its concurrent-call limit (fatal, close 1013)",
     "unknown_token": "`start.token` is not configured on the server (fatal, close 1008)",
     "session_too_long": "the call exceeded the server's session limit (fatal)",
+    "idle_timeout": "the client sent nothing (no audio, no event) for the server's idle limit (fatal)",
     "turn_too_long": "a caller turn exceeded the turn limit; it was cut or ignored",
     "too_many_errors": "too many protocol errors on one connection (fatal)",
     "internal": "the server failed; the call ends",
@@ -54,7 +56,7 @@ ERROR_CODES: dict[str, str] = {
 ErrorCode = Literal[
     "bad_json", "unknown_event", "bad_event", "not_started", "already_started", "bad_protocol",
     "bad_sample_rate", "bad_audio", "frame_too_large", "busy", "unknown_token", "session_too_long",
-    "turn_too_long", "too_many_errors", "internal",
+    "turn_too_long", "too_many_errors", "internal", "idle_timeout",
     "turn_failed", "tts_unavailable", "call_failed",
 ]
 
@@ -171,12 +173,12 @@ def parse_client_event(raw: str | bytes) -> Start | Text | Played | Stop:
     """One client text frame → its event model, or `ProtocolError` with a specific code."""
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError("bad_json", f"text frame is not JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ProtocolError("bad_json", f"text frame is not JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ProtocolError("bad_json", f"expected a JSON object, got {type(data).__name__}")
     kind = data.get("type")
-    if kind not in _CLIENT_TYPES:
+    if not isinstance(kind, str) or kind not in _CLIENT_TYPES:
         raise ProtocolError("unknown_event", f"unknown event type {kind!r}; expected one of {sorted(_CLIENT_TYPES)}")
     try:
         return _CLIENT.validate_python(data)
@@ -193,9 +195,9 @@ def encode(event: BaseModel) -> str:
     return event.model_dump_json()
 
 
-def event_schemas() -> dict[str, dict[str, Any]]:
+def event_schemas() -> dict[str, JsonObject]:
     """JSON Schema of every event, keyed `client.<type>` / `server.<type>`."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JsonObject] = {}
     for side, models in (("client", (Start, Text, Played, Stop)),
                          ("server", (Ready, Transcript, DecisionOut, Audio, AudioEnd, Clear, Transfer, Error))):
         for m in models:

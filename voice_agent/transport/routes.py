@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
-from websockets.http11 import Response
+from websockets.http11 import Request, Response
 
 from .protocol import PROTOCOL_VERSION
 from .state import ServerState
@@ -23,13 +23,13 @@ WEB_FILES = {  # path -> (file, content type); no build step, no CDN
 WS_PATHS = ("/v1/call", "/twilio")
 
 
-def process_request_for(state: ServerState) -> Callable[[Any, Any], Any]:
+def process_request_for(state: ServerState) -> Callable[[ServerConnection, Request], Response | None]:
     def respond(status: int, reason: str, body: bytes, ctype: str) -> Response:
         headers = Headers([("Content-Type", ctype), ("Content-Length", str(len(body))),
                            ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
         return Response(status, reason, headers, body)
 
-    def process_request(connection: Any, request: Any) -> Response | None:
+    def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path in WS_PATHS:
             return None  # websocket handshake (websockets answers 426 to a plain GET)

@@ -11,15 +11,16 @@ import os
 import signal
 import sys
 import time
-from typing import Any
+from typing import cast
 
-from websockets.asyncio.server import serve
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request
 
 from kb.loader import kb_dir_error
 from voice_agent.call import VoiceRuntime
 from voice_agent.stages.tts import TtsPool
 
-from .config import ServerConfigError, load_server_config
+from .config import ServerConfig, ServerConfigError, load_server_config
 from .native import handle_native
 from .protocol import PROTOCOL_VERSION, event_schemas
 from .routes import process_request_for
@@ -33,10 +34,11 @@ __all__ = ["ServerState", "open_server", "server_port", "run_until_signal", "cli
 HARD_FRAME_FACTOR = 4
 
 
-async def open_server(state: ServerState, host: str = "127.0.0.1", port: int = 0) -> Any:
+async def open_server(state: ServerState, host: str = "127.0.0.1", port: int = 0) -> Server:
     """Start listening; returns the websockets Server (its port: `server_port(server)`)."""
-    async def handler(ws: Any) -> None:
-        path = ws.request.path.split("?", 1)[0]
+    async def handler(ws: ServerConnection) -> None:
+        # The handler runs after the handshake, so the request is there.
+        path = cast(Request, ws.request).path.split("?", 1)[0]
         if path == "/twilio":
             await handle_twilio(ws, state)
         else:
@@ -51,7 +53,7 @@ async def open_server(state: ServerState, host: str = "127.0.0.1", port: int = 0
     )
 
 
-def server_port(server: Any) -> int:
+def server_port(server: Server) -> int:
     return int(next(iter(server.sockets)).getsockname()[1])
 
 
@@ -110,7 +112,7 @@ def _args_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _load_runtime(args: argparse.Namespace, config: Any, tts_workers: int) -> Any | None:
+def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: int) -> VoiceRuntime | None:
     """The voice runtime with its TTS worker(s); None (after saying why) when it cannot be loaded
     or the config's tokens name roles no document uses."""
     try:
@@ -133,7 +135,7 @@ def _load_runtime(args: argparse.Namespace, config: Any, tts_workers: int) -> An
     return runtime
 
 
-def _serve(args: argparse.Namespace, runtime: Any, config: Any) -> int:
+def _serve(args: argparse.Namespace, runtime: VoiceRuntime, config: ServerConfig) -> int:
     """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
         state = ServerState(runtime, config, asr_model=args.asr_model)

@@ -6,10 +6,10 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Literal, Protocol
 
 from voice_agent.call import CallConfig
+from voice_agent.interfaces import CallRuntime
 
 from .config import ServerConfig
 
@@ -24,24 +24,33 @@ class Fatal(Exception):
         self.code, self.message, self.close_code = code, message, close_code
 
 
-def log_event(event: str, **fields: Any) -> None:
+def log_event(event: str, **fields: object) -> None:
     """One JSON line per server event on stderr: easy to grep, easy to ship."""
     LOG.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
 
 
-def default_call_config(**kw: Any) -> Any:
-    return CallConfig(**kw)
+class CallConfigFactory(Protocol):
+    """Builds a call's config from the server's settings (`default_call_config`; tests swap it)."""
+
+    def __call__(self, *, end_silence_ms: int, max_turn_s: float, asr_model: str, input_rate: int,
+                 output_rate: int, output_encoding: Literal["pcm16", "mulaw"]) -> CallConfig: ...
+
+
+def default_call_config(*, end_silence_ms: int, max_turn_s: float, asr_model: str, input_rate: int,
+                        output_rate: int, output_encoding: Literal["pcm16", "mulaw"]) -> CallConfig:
+    return CallConfig(end_silence_ms=end_silence_ms, max_turn_s=max_turn_s, asr_model=asr_model,
+                      input_rate=input_rate, output_rate=output_rate, output_encoding=output_encoding)
 
 
 class ServerState:
     """Process-wide: config, warm runtime, the call counter and the shutdown flag."""
 
-    def __init__(self, runtime: Any, config: ServerConfig, *, asr_model: str = "tiny.en",
-                 make_call_config: Callable[..., Any] | None = None):
+    def __init__(self, runtime: CallRuntime, config: ServerConfig, *, asr_model: str = "tiny.en",
+                 make_call_config: CallConfigFactory | None = None):
         self.runtime = runtime
         self.config = config
         self.asr_model = asr_model
-        self.make_call_config = make_call_config or default_call_config
+        self.make_call_config: CallConfigFactory = make_call_config or default_call_config
         self.active = 0
         self.shutting_down = asyncio.Event()
         self.started = time.monotonic()
@@ -60,7 +69,8 @@ class ServerState:
     def release(self) -> None:
         self.active = max(0, self.active - 1)
 
-    def call_config(self, *, input_rate: int, output_rate: int, output_encoding: str) -> Any:
+    def call_config(self, *, input_rate: int, output_rate: int,
+                    output_encoding: Literal["pcm16", "mulaw"]) -> CallConfig:
         return self.make_call_config(
             end_silence_ms=self.config.end_silence_ms, max_turn_s=self.config.max_turn_s,
             asr_model=self.asr_model, input_rate=input_rate, output_rate=output_rate,

@@ -16,10 +16,16 @@ import base64
 import binascii
 import json
 import time
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
+from websockets.asyncio.server import ServerConnection
+from websockets.typing import Data
+
+from kb.jsontypes import JsonObject
+from voice_agent.call import CallEvent
 
 from ..audio import mulaw_decode
 from .config import ServerConfig
@@ -35,6 +41,7 @@ __all__ = [
 ]
 
 FRAME_BYTES = 160  # 20 ms of μ-law at 8 kHz: the frame size Twilio itself sends
+CountError = Callable[[ProtocolError], None]  # logs a protocol error; raises Fatal past the limit
 
 
 class TwilioConnected(BaseModel):
@@ -55,7 +62,7 @@ class StartInfo(BaseModel):
     callSid: str = ""
     tracks: list[str] = Field(default_factory=lambda: ["inbound"])
     mediaFormat: MediaFormat = Field(default_factory=MediaFormat)
-    customParameters: dict[str, Any] = Field(default_factory=dict)
+    customParameters: JsonObject = Field(default_factory=dict)
 
 
 class TwilioStart(BaseModel):
@@ -92,7 +99,7 @@ class TwilioMark(BaseModel):
 
 class DtmfInfo(BaseModel):
     track: str = "inbound_track"
-    digit: str
+    digit: str = Field(max_length=8)  # one key press; a longer string is not DTMF and is not logged
 
 
 class TwilioDtmf(BaseModel):
@@ -106,7 +113,7 @@ class TwilioStop(BaseModel):
     event: Literal["stop"]
     sequenceNumber: str | int | None = None
     streamSid: str = ""
-    stop: dict[str, Any] = Field(default_factory=dict)
+    stop: JsonObject = Field(default_factory=dict)
 
 
 _INBOUND: dict[str, type[BaseModel]] = {
@@ -119,8 +126,8 @@ def parse_twilio(raw: str | bytes) -> BaseModel:
     """One Twilio text frame → its model, or `ProtocolError` (bad_json / unknown_event / bad_event)."""
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError("bad_json", f"Twilio frame is not JSON ({e})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ProtocolError("bad_json", f"Twilio frame is not JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ProtocolError("bad_json", f"expected a JSON object, got {type(data).__name__}")
     kind = data.get("event")
@@ -151,29 +158,30 @@ class TwilioWire:
     """CallEvents → Twilio outbound messages. Reply audio is μ-law 8 kHz in 20 ms frames, each
     reply closed by a mark named `reply:<id>`; a transfer mark follows the reply's media."""
 
-    def __init__(self, ws: Any, stream_sid: str):
+    def __init__(self, ws: ServerConnection, stream_sid: str):
         self.ws = ws
         self.sid = stream_sid
         self.gate = AudioGate(lambda handoff: self.ws.send(mark_message(self.sid, f"transfer:{handoff.id}")))
         self._rest = b""  # μ-law bytes short of a whole frame
 
-    async def emit(self, kind: str, ev: Any) -> None:
-        if kind == "audio_start":
+    async def emit(self, kind: str, ev: CallEvent) -> None:
+        # `kind` is `ev.type` (CallDriver passes both); testing `ev.type` narrows the event's class.
+        if ev.type == "audio_start":
             self.gate.started(ev.id)
             self._rest = b""
-        elif kind == "audio_chunk":
+        elif ev.type == "audio_chunk":
             await self._media(bytes(ev.data))
-        elif kind == "audio_end":
+        elif ev.type == "audio_end":
             if self._rest:
                 await self.ws.send(media_message(self.sid, self._rest))
                 self._rest = b""
             await self.ws.send(mark_message(self.sid, f"reply:{ev.id}"))
             await self.gate.ended(ev.id)
-        elif kind == "clear":
+        elif ev.type == "clear":
             self._rest = b""
             await self.ws.send(clear_message(self.sid))
             await self.gate.cleared()
-        elif kind == "transfer":
+        elif ev.type == "transfer":
             await self.gate.transfer(ev.handoff)
         # transcripts, decisions and errors: Twilio has no message for them; the driver logs them
 
@@ -185,7 +193,7 @@ class TwilioWire:
         self._rest = buf[whole:]
 
 
-async def handle_twilio(ws: Any, state: ServerState) -> None:
+async def handle_twilio(ws: ServerConnection, state: ServerState) -> None:
     """One Twilio media stream = one call. Errors Twilio has no message for go to the log and end
     in a close whose reason is the error code (busy → 1013, unknown_token → 1008)."""
     errors = 0
@@ -212,7 +220,7 @@ async def handle_twilio(ws: Any, state: ServerState) -> None:
     await serve_connection(ws, state, "twilio", report, open_call)
 
 
-def _new_driver(ws: Any, state: ServerState, conn: Connection, start: TwilioStart) -> CallDriver:
+def _new_driver(ws: ServerConnection, state: ServerState, conn: Connection, start: TwilioStart) -> CallDriver:
     cfg, info = state.config, start.start
     params = {str(k): str(v) for k, v in info.customParameters.items()}
     role = cfg.role_for(params.pop("token", None))
@@ -232,13 +240,13 @@ def _new_driver(ws: Any, state: ServerState, conn: Connection, start: TwilioStar
     return driver
 
 
-def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: Any) -> OnMessage:
+def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: CountError) -> OnMessage:
     turn_limit_bytes = int(cfg.max_turn_s * 8000 * 2)
 
     async def report_cut(code: str, message: str) -> None:
         pass  # Twilio has no message for it; the feed already logs `turn_too_long`
 
-    async def on_message(msg: Any) -> str | None:
+    async def on_message(msg: Data) -> str | None:
         try:
             ev = _parse_frame(msg, cfg)
             if isinstance(ev, TwilioMedia):
@@ -259,11 +267,12 @@ def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: Any) ->
     return on_message
 
 
-def _parse_frame(msg: Any, cfg: ServerConfig) -> BaseModel:
+def _parse_frame(msg: Data, cfg: ServerConfig) -> BaseModel:
     if isinstance(msg, (bytes, bytearray, memoryview)):
         raise ProtocolError("bad_event", "Twilio sends text frames only")
-    if len(msg) > cfg.max_frame_bytes:
-        raise Fatal("frame_too_large", f"message of {len(msg)} bytes; the limit is {cfg.max_frame_bytes}", 1009)
+    size = len(msg.encode("utf-8", "surrogatepass"))  # the limit is in bytes, as on the native endpoint
+    if size > cfg.max_frame_bytes:
+        raise Fatal("frame_too_large", f"message of {size} bytes; the limit is {cfg.max_frame_bytes}", 1009)
     return parse_twilio(msg)
 
 
@@ -275,7 +284,7 @@ def _pcm_of(ev: TwilioMedia) -> bytes:
     return (np.clip(mulaw_decode(mulaw), -1.0, 1.0) * 32767.0).astype("<i2").tobytes()
 
 
-async def _await_twilio_start(ws: Any, state: ServerState, count_error: Any) -> TwilioStart:
+async def _await_twilio_start(ws: ServerConnection, state: ServerState, count_error: CountError) -> TwilioStart:
     """Skip `connected`; anything else before `start` is a (counted) protocol error."""
     cfg = state.config
     deadline = time.monotonic() + cfg.start_timeout_s

@@ -1,0 +1,81 @@
+"""The example in docs/KB.md and docs/EVAL.md is real: its KB files and its cases file, copied out of
+the Markdown, load cleanly, and the agent gets every case right through `run.py eval`, as a reader
+would run it.
+
+A file in the docs is a fenced code block preceded by a `<!-- file: PATH -->` line."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = [ROOT / "docs" / "KB.md", ROOT / "docs" / "EVAL.md"]
+_FILE_BLOCK = re.compile(r"^<!-- file: (?P<path>[^\s>]+) -->\n(?P<fence>`{3,}|~{3,})[^\n]*\n(?P<body>.*?)^(?P=fence)[ \t]*$",
+                         re.M | re.S)
+
+
+def doc_files() -> dict[str, str]:
+    """PATH -> the text of its block, from every doc; a path given twice is a mistake in the docs."""
+    files: dict[str, str] = {}
+    for doc in DOCS:
+        for m in _FILE_BLOCK.finditer(doc.read_text(encoding="utf-8")):
+            path = m.group("path")
+            assert path not in files, f"{doc.name}: {path} is given twice"
+            assert not Path(path).is_absolute() and ".." not in Path(path).parts, path
+            files[path] = m.group("body")
+    return files
+
+
+def write_example(root: Path) -> tuple[Path, Path]:
+    for rel, text in doc_files().items():
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    return root / "kb", root / "cases.yaml"
+
+
+@pytest.mark.unit
+def test_the_docs_hold_the_whole_example():
+    files = doc_files()
+    docs = [p for p in files if p.startswith("kb/") and p.endswith(".md")]
+    assert len(docs) >= 5, sorted(files)
+    assert "kb/_policy.yaml" in files and "cases.yaml" in files, sorted(files)
+
+
+@pytest.mark.unit
+def test_the_example_kb_and_cases_load_without_problems(tmp_path):
+    from evaluation.cases import load_cases
+    from kb.loader import load_kb
+    from policy.config import load_policy_config
+
+    kb_dir, cases_file = write_example(tmp_path)
+    kb = load_kb(kb_dir)
+    assert not kb.problems, [str(p) for p in kb.problems]
+    config = load_policy_config(kb_dir=kb_dir)
+    assert config.facet_synonyms and config.facet_questions
+    cases = load_cases(cases_file)
+    assert len(cases) >= 10 and cases.today is not None
+    cited = {doc for c in cases for doc in c.expect.cite_any}
+    assert cited <= set(kb.docs), cited - set(kb.docs)
+
+
+@pytest.mark.slow
+def test_the_agent_passes_every_example_case(tmp_path):
+    kb_dir, cases_file = write_example(tmp_path / "bike")
+    proc = subprocess.run([sys.executable, "run.py", "eval", "--kb", str(kb_dir), "--cases", str(cases_file),
+                           "--json", "--out", str(tmp_path / "results.jsonl")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])
+    failures = {}
+    for line in (tmp_path / "results.jsonl").read_text(encoding="utf-8").splitlines():
+        row = json.loads(line)
+        if not row["ok"]:
+            failures[row["id"]] = row["failures"] + [d["message"] for d in row["decisions"]]
+    assert metrics["case_pass_rate"] == 1.0, failures
+    assert metrics["unsafe_answers"] == 0, failures
