@@ -70,13 +70,12 @@ def unit_fit(g: GradedHit, kind: FactKind, i: int) -> float:
     """How well unit i answers: its closeness in meaning, a little more when it states the asked
     kind of fact, and more when it says the question's own words."""
     words = g.unit_words[i] if i < len(g.unit_words) else 0.0
-    return g.hit.unit_scores[i] + 0.05 * holds_kind(kind, g.hit.units[i]) + UNIT_WORD_WEIGHT * words
+    meaning = g.hit.unit_scores[i] if g.hit.unit_scores else 0.0  # without the dense model, words alone
+    return meaning + 0.05 * holds_kind(kind, g.hit.units[i]) + UNIT_WORD_WEIGHT * words
 
 
 def best_unit_order(g: GradedHit, kind: FactKind) -> list[int]:
-    """The section's units, best fitting first; in their own order without the dense model."""
-    if not g.hit.unit_scores:
-        return list(range(len(g.hit.units)))
+    """The section's units, best fitting first (ties in their own order)."""
     return sorted(range(len(g.hit.units)), key=lambda i: -unit_fit(g, kind, i))
 
 
@@ -84,11 +83,12 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60
     """The sentences (list items, table rows) of a section that answer the question, in their order:
     the closest in meaning first, preferring one that states the asked kind of fact; a second one
     only when it is nearly as close (a sentence often needs the next one)."""
-    units, scores = g.hit.units, g.hit.unit_scores
+    units = g.hit.units
     if not units:
         return []
-    if not scores:  # lexical-only: the section's opening
-        return units[:limit]
+    # without the dense model, closeness is the share of the question's words a unit says: the
+    # table row that names the e-bike, not the section's opening row
+    scores = g.hit.unit_scores or [unit_fit(g, kind, i) for i in range(len(units))]
     ranked = best_unit_order(g, kind)
     chosen = [ranked[0]]
     words = len(units[ranked[0]].split())

@@ -254,3 +254,12 @@ def test_every_decision_is_explained_by_its_top_features():
     best = o.signals["best"]
     assert best["locator"] == "refund-2026#main" and len(best["why"]) == 3
     assert any(w.startswith(("unit_max", "cov")) for w in best["why"])
+
+
+def test_without_the_dense_model_the_row_that_says_the_question_is_spoken():
+    table = ("| Service | Price |\n|---|---|\n| Safety check | £40 |\n| Full service | £95 |\n"
+             "| Full service on an e-bike | £130 |\n")
+    prices = hit("prices", table, dense=None, covered=("full", "servic", "ebik", "much"))
+    o = run("how much is a full service on an ebike", result(prices, lexical_only=True))
+    msg, _ = compose(o, "how much is a full service on an ebike", CFG)
+    assert "£130" in msg and "£40" not in msg, msg
