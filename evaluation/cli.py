@@ -44,12 +44,19 @@ def corpus_cli(argv: list[str]) -> int:
             domains += discover(args.sealed, sealed=True)
         for d in domains:
             _ = d.cases  # validate every cases file before loading any model
+        if not args.no_refit and sum(not d.sealed for d in domains) < 2:
+            raise CasesError(f"{args.corpus}: leave-one-domain-out needs at least two domains to fit on; "
+                             "add domains, or score with the shipped scorer (--no-refit)")
     except CasesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     engines = Engines()
-    per = leave_one_out(domains, engines, _fitter(args), baselines=not args.no_baselines,
-                        progress=lambda name: print(f"scored {name}", file=sys.stderr, flush=True))
+    try:
+        per = leave_one_out(domains, engines, _fitter(args), baselines=not args.no_baselines,
+                            progress=lambda name: print(f"scored {name}", file=sys.stderr, flush=True))
+    except ValueError as exc:  # a fit the held-in domains cannot support (e.g. no answerable section)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

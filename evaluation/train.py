@@ -213,7 +213,11 @@ def cli(argv: list[str]) -> int:
     except CasesError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    scorer = fit_on_domains(domains, Engines())
+    try:
+        scorer = fit_on_domains(domains, Engines())
+    except ValueError as exc:  # e.g. the cases mark no section as answering
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"fitted on {scorer.meta['examples']} sections ({scorer.meta['positives']} answering) "
           f"from {', '.join(cast('list[str]', scorer.meta['domains']))}")  # as fit() wrote them
     for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
     (["eval", "--kb", KB, "--cases", str(ROOT / "fixtures" / "cases.yaml"), "--date", "2026-02-30"], "not a date"),
     (["eval", "--corpus", "/no/such/corpus"], "corpus directory not found"),
     (["train", "--corpus", "/no/such/corpus"], "corpus directory not found"),
+    (["eval", "--corpus", str(ROOT / "tests" / "data" / "one_domain")], "needs at least two domains"),
     (["replay", "--kb", KB, "--role", "agnet", str(ROOT / "fixtures" / "audio" / "d01.wav")], "unknown role 'agnet'"),
     (["nope"], "unknown command"),
 ])
