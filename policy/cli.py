@@ -99,6 +99,8 @@ def cli(argv: list[str]) -> int:
     session.pending_question = state.get("pending_question")
     session.pending_facets = list(state.get("pending_facets") or [])
     session.transcript = state.get("transcript", [])
+    session.last_question = state.get("last_question")
+    session.topic_team = state.get("topic_team")
     out = session.turn(args.question, faults=args.fault)
     d = out.decision
     if args.debug:
@@ -112,7 +114,8 @@ def cli(argv: list[str]) -> int:
         Path(args.session).write_text(json.dumps({
             "session_id": session.session_id, "role": session.role, "facets": session.facets,
             "pending_question": session.pending_question, "pending_facets": session.pending_facets,
-            "transcript": session.transcript}, indent=2))
+            "transcript": session.transcript, "last_question": session.last_question,
+            "topic_team": session.topic_team}, indent=2))
     return 0
 
 

@@ -45,6 +45,9 @@ class TurnFacts:
     pending_facets: list[str] = field(default_factory=list)  # what that clarify asked for
     intents: dict[str, float] = field(default_factory=dict)  # intents by meaning (policy/intents.py)
     unit_similarity: Similarity | None = None  # cosine of two sections' units (kb/units.py), for conflicts
+    # the team of what the conversation has been about (the latest question's evidence): where a
+    # transfer goes when this turn's own words point nowhere ("can I just talk to a person")
+    conversation_team: str | None = None
 
 
 @dataclass
@@ -127,6 +130,8 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
 
     def out(action: Action, reasons: list[Reason], gate: str, **kw: object) -> GateOutcome:
         kw.setdefault("risk_level", _risk_of(graded[:1]))
+        if action == Action.transfer and not kw.get("team"):
+            kw["team"] = facts.conversation_team or cfg.default_team
         return GateOutcome(action, reasons, gate, signals=signals, graded=graded, **kw)  # type: ignore[arg-type]
 
     if early := _conversation_gates(facts, signals, out):
@@ -171,9 +176,10 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     if m := human_requested(q, cfg) or (f"by meaning {facts.intents['human_request']:.2f}"
                                          if "human_request" in facts.intents else None):
         signals["human_request"] = m
-        return out(Action.transfer, [Reason.human_requested], "a_human",
-                   team=_named_team(q, facts.teams) or _team(active[:1], cfg), evidence=active[:3],
-                   evidence_status="direct" if active and active[0].p >= cfg.thresholds.related_p else "missing")
+        related = [g for g in active[:3] if g.p >= cfg.thresholds.related_p]  # this turn also asks something
+        team = _named_team(q, facts.teams) or (_team(related, cfg) if related else facts.conversation_team)
+        return out(Action.transfer, [Reason.human_requested], "a_human", team=team, evidence=related,
+                   evidence_status="direct" if related else "missing")
     # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
     if m := disallowed_request(q, cfg):
         signals["disallowed"] = m

@@ -10,7 +10,7 @@ from kb.jsontypes import JsonObject
 from kb.models import RetrievalResult
 
 from . import recheck
-from .decision import Decision, EvidenceQuote, Handoff
+from .decision import Decision, EvidenceQuote, Handoff, Reason
 from .gates import GateOutcome
 
 if TYPE_CHECKING:  # the session writes these records: it imports this module
@@ -22,15 +22,13 @@ def now() -> str:
 
 
 def handoff_package(d: Decision, o: GateOutcome | None, *, question: str, normalized: str, transcript: list[str],
-                    facets: dict[str, str], role: str, default_team: str) -> Handoff:
+                    facets: dict[str, str], role: str, default_team: str, earlier: str | None = None) -> Handoff:
     """The context package, so nobody asks the caller twice."""
     evidence = [EvidenceQuote(doc_id=g.doc_id, section=g.hit.section, version=g.hit.version,
                               quote=" ".join(g.hit.units[:2])) for g in (o.evidence if o else [])]
     team = (o.team if o and o.team else None) or (d.handoff.team if d.handoff else default_team)
     reasons = [r.value for r in d.reasons]
-    summary = (f"Caller asked: \"{question.strip()}\". Transferred because: {', '.join(reasons)}."
-               + (f" Missing: {', '.join(d.missing_information)}." if d.missing_information else "")
-               + (f" Caller facets: {facets}." if facets else ""))
+    summary = handoff_summary(question, d.reasons, d.missing_information, facets, earlier)
     handoff = Handoff(id=uuid.uuid4().hex[:12], team=team, summary=summary, question=question,
                       normalized_question=normalized, transcript=list(transcript), reasons=reasons,
                       evidence=evidence, missing_information=list(d.missing_information),
@@ -38,6 +36,31 @@ def handoff_package(d: Decision, o: GateOutcome | None, *, question: str, normal
                       created_at=now(), policy_version=d.policy_version, kb_version=d.kb_version)
     handoff.transcript.append(f"agent: {d.message}")
     return handoff
+
+
+_WHY = {  # why a call reached a person, said to that person
+    Reason.human_requested: "the caller asked for a person",
+    Reason.high_risk_topic: "the topic needs a specialist",
+    Reason.action_requires_approval: "the caller wants something only staff can approve",
+    Reason.conflicting_sources: "our documents disagree on the answer",
+    Reason.missing_facet: "we could not tell which rule applies to the caller",
+    Reason.tts_unavailable: "our voice system failed",
+}
+
+
+def handoff_summary(question: str, reasons: list[Reason], missing: list[str], facets: dict[str, str],
+                    earlier: str | None = None) -> str:
+    """The package's first line, a sentence for the person who picks up the call."""
+    why = [_WHY.get(r, r.value.replace("_", " ")) for r in reasons]
+    text = f'The caller asked: "{question.strip()}".'
+    if earlier and earlier.strip() != question.strip():
+        text += f' Before that: "{earlier.strip()}".'
+    text += f' Transferred because {" and ".join(why) or "of the topic"}.'
+    if missing:
+        text += f" Still unknown: {', '.join(m.replace('_', ' ') for m in missing)}."
+    if facets:
+        text += " The caller says: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in facets.items()) + "."
+    return text
 
 
 def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[JsonObject]:

@@ -88,6 +88,7 @@ class Session:
         self.clarify_retries = 0  # answers to it that could not be read
         self.facet_retry = 0  # this turn: how many times the clarify's answer could not be read
         self.last_question: str | None = None  # the latest question decided, for context given after it
+        self.topic_team: str | None = None  # the team of what the conversation is about, for transfers
         self.transcript: list[str] = []
         self.turns = 0
         self._turn_hits: dict[str, list[Hit]] = {}  # audit id -> this turn's evidence, for the recheck
@@ -205,6 +206,7 @@ class Session:
                          context_only=heard.context_only, small_talk=heard.social,
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
                          intents={} if quiet or heard.context_only else eng.intents(heard.normalized),
+                         conversation_team=self.topic_team,
                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)
 
     def _recheck(self, decision: Decision, result: RetrievalResult | None,
@@ -234,6 +236,8 @@ class Session:
         # Context given later narrows the evidence; it cannot help a question nothing related to.
         if heard.searched and not (outcome and outcome.gate == "e_no_evidence"):
             self.last_question = heard.question
+        if outcome is not None and (team := _topic_team(outcome, self.engine.config.thresholds.related_p)):
+            self.topic_team = team
         self.transcript.append(f"agent: {decision.message}")
 
     # -- reading the caller -----------------------------------------------------------------
@@ -302,16 +306,16 @@ class Session:
         """The conversation state, for `restore`."""
         return (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
                 dict(self._turn_hits), self._last_audit_id, self.last_question, list(self.pending_facets),
-                self.clarify_retries)
+                self.clarify_retries, self.topic_team)
 
     def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None:
         """Put the conversation back as `snapshot` found it. With `superseded` (an audit id),
         a turn decided since then is void (the voice path ended it too early and the caller went
         on): its audit line stays, and a `turn_superseded` line says why it no longer counts."""
         (self.facets, self.pending_question, self.transcript, self.turns,
-         self._turn_hits, self._last_audit_id, self.last_question, self.pending_facets, self.clarify_retries) = (
-            dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6],
-            list(state[7]), state[8])
+         self._turn_hits, self._last_audit_id, self.last_question, self.pending_facets, self.clarify_retries,
+         self.topic_team) = (dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6],
+                             list(state[7]), state[8], state[9])
         if superseded:
             self.engine.audit.append({"kind": "turn_superseded", "audit_id": superseded,
                                       "session": self.session_id, "reason": reason, "ts": now()})
@@ -348,6 +352,14 @@ class Session:
     def _with_handoff(self, d: Decision, o: GateOutcome | None, question: str, normalized: str) -> Decision:
         """Store the context package durably before the caller hears 'transferring'."""
         handoff = handoff_package(d, o, question=question, normalized=normalized, transcript=self.transcript,
-                                  facets=self.facets, role=self.role, default_team=self.engine.config.default_team)
+                                  facets=self.facets, role=self.role, default_team=self.engine.config.default_team,
+                                  earlier=self.last_question)
         self.engine.handoffs.append({"session": self.session_id, **handoff.model_dump()})
         return d.model_copy(update={"handoff": handoff})
+
+
+def _topic_team(outcome: GateOutcome, related_p: float) -> str | None:
+    """The team of what this turn was about: its evidence, else the section most likely to answer
+    it, when that is related at all."""
+    about = outcome.evidence or [g for g in outcome.graded[:1] if g.active and g.p >= related_p]
+    return next((g.hit.handoff_team for g in about if g.hit.handoff_team), None)

@@ -119,6 +119,21 @@ def test_human_request_transfers_with_durable_handoff(engine):
     assert stored[-1]["transcript"][0].startswith("caller:")
 
 
+def test_a_bare_request_for_a_person_goes_to_the_team_of_the_conversation(engine):
+    """'I want to talk to a person' says nothing of the topic: the call goes to the team of what the
+    caller was asking about, and only with no topic yet to the default team."""
+    for question, team in [("How do I set up my voicemail?", "tech_support"), ("What is the late payment fee?", "billing")]:
+        s = engine.session()
+        s.turn(question)
+        d = s.turn("I want to talk to a person").decision
+        assert d.action == Action.transfer and d.handoff.team == team, question
+        assert d.handoff.summary == (f'The caller asked: "I want to talk to a person". Before that: "{question}". '
+                                     "Transferred because the caller asked for a person.")
+        assert d.handoff.evidence == []  # this turn's search found nothing it was about
+    fresh = engine.session().turn("I want to talk to a person").decision
+    assert fresh.handoff.team == engine.config.default_team
+
+
 def test_high_risk_topic_transfers_to_its_team(engine):
     d = ask(engine, "I'd like to close my account and have all my personal data deleted")
     assert d.action == Action.transfer and d.handoff.team == "privacy"

@@ -279,6 +279,23 @@ def test_transfer_is_sent_after_the_spoken_message_audio():
     run(go())
 
 
+def test_after_the_transfer_typed_turns_get_no_answer_and_stop_closes_at_once():
+    async def go():
+        async with Srv() as s, connect(s.url()) as ws:
+            await ws.send(json.dumps({"type": "start"}))
+            await recv_json(ws)
+            await ws.send(json.dumps({"type": "text", "text": "a human please"}))
+            while (await recv_json(ws))["type"] != "transfer":
+                pass
+            await ws.send(json.dumps({"type": "text", "text": "hello? anyone?"}))
+            t = time.monotonic()
+            await ws.send(json.dumps({"type": "stop"}))
+            msgs, code = await collect_until_close(ws)
+            assert code == 1000 and not [m for m in msgs if isinstance(m, dict) and m["type"] == "decision"]
+            assert time.monotonic() - t < 3  # nothing in flight: the drain does not wait out its timeout
+    run(go())
+
+
 def test_audio_turn_and_barge_in_clear():
     async def go():
         async with Srv(turn_delay=0.3) as s, connect(s.url()) as ws:

@@ -222,6 +222,24 @@ def test_transfer_is_signalled_after_the_spoken_message():
 
 
 @pytest.mark.unit
+def test_after_a_transfer_the_agent_says_nothing_more():
+    async def scenario():
+        call, session, _, _ = make(session=FakeSession(action=Action.transfer, message="Transferring you now."))
+        task = asyncio.create_task(collect(call))
+        await call.text_turn("I want a human")
+        await call.end_of_input()
+        await call.text_turn("hello? are you still there?")  # the caller talks on, to nobody
+        await call.feed_audio(b"\x00\x10" * 8000)
+        await call.end_of_input()
+        await call.close()
+        return await task, session
+
+    ev, session = asyncio.run(scenario())
+    assert kinds(ev) == ["decision", "audio_start", "audio_chunk", "audio_end", "transfer"]
+    assert [t for t, _ in session.turns] == ["I want a human"]
+
+
+@pytest.mark.unit
 def test_tts_failure_degrades_to_a_spoken_transfer():
     call, _, _, tts = make(tts=FakeTts(fail=1))
     ev = asyncio.run(drive(call, text="When is my bill due?"))

@@ -81,6 +81,7 @@ class CallCore:
         self._cancel_reply = threading.Event()
         self._held = np.zeros(0, dtype=np.float32)  # mic audio kept while a reply plays
         self._closed = False
+        self.transferred = False  # a person has the call now: the agent hears and says nothing more
         self.timings: list[dict[str, float]] = []  # per turn, for benchmarks
 
     def _emit(self, ev: CallEvent) -> None:

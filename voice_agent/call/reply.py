@@ -42,6 +42,7 @@ class Replies(CallCore):
                 self._emit(ErrorEvent(code="tts_unavailable", message=f"text to speech failed twice: {e2}"))
                 first = None
         if decision.action == Action.transfer and decision.handoff is not None:
+            self.transferred = True
             self._emit(TransferEvent(handoff=decision.handoff))
         return first
 

@@ -48,13 +48,16 @@ class CallSession(Speculation, Replies):
 
     async def feed_audio(self, pcm16: bytes) -> None:
         """Caller audio: PCM16 little-endian mono at `config.input_rate`."""
-        if self._closed:
+        if self._closed or self.transferred:
             return
         x = self._in_rs.process(pcm16_to_float(pcm16))
         self._route(x)
 
     async def text_turn(self, text: str) -> None:
-        """A typed turn: skips ASR, otherwise the same path (policy, recheck, TTS)."""
+        """A typed turn: skips ASR, otherwise the same path (policy, recheck, TTS). Ignored once the
+        call has been handed to a person."""
+        if self.transferred:
+            return
         self._drop_spec_reply()
         self._ensure_worker()
         await self._turns.put(Turn(text=text, ended_at=self.clock.now()))
@@ -168,7 +171,8 @@ class CallSession(Speculation, Replies):
             self._running_turn = True
             self._current = turn
             try:
-                await self._run_turn(turn)
+                if not self.transferred:  # turns queued before the hand-over are not answered
+                    await self._run_turn(turn)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - one bad turn must not end the call

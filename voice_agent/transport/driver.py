@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 from websockets.exceptions import ConnectionClosed
 
-from policy.decision import Handoff
+from policy.decision import Action, Handoff
 from voice_agent.call import CallEvent
 from voice_agent.interfaces import CallLike
 
@@ -33,6 +33,7 @@ class CallDriver:
         self.audio_open: set[str] = set()
         self.turns_pending = 0  # typed or transcribed turns still waiting for their decision
         self.transfer_pending = False  # a transfer decision whose package is not sent yet
+        self.transferred = False  # the call went to a person: the agent takes no more turns
         self.last_event = time.monotonic()
         self.decisions = 0
         self.wire_closed = False
@@ -67,15 +68,15 @@ class CallDriver:
                     self.speech_pending = False
                     self.decisions += 1
                     d = ev.decision
-                    self.transfer_pending = getattr(d.action, "value", d.action) == "transfer" and d.handoff is not None
+                    self.transfer_pending = d.action == Action.transfer and d.handoff is not None
                     log_event("decision", session=self.session, endpoint=self.endpoint,
-                              action=getattr(d.action, "value", d.action),
-                              reasons=[getattr(r, "value", r) for r in d.reasons],
+                              action=d.action.value,
+                              reasons=[r.value for r in d.reasons],
                               citations=[c.doc_id for c in d.citations], kb_version=d.kb_version,
                               handoff=d.handoff.id if d.handoff else None,
                               timings_ms={k: round(v, 1) for k, v in (getattr(ev, "timings_ms", None) or {}).items()})
                 elif ev.type == "transfer":
-                    self.transfer_pending = False
+                    self.transfer_pending, self.transferred, self.turns_pending = False, True, 0
                 elif ev.type == "error":
                     log_event("call_error", session=self.session, code=ev.code, message=ev.message)
                 if self.wire_closed:
@@ -92,7 +93,10 @@ class CallDriver:
             LOG.exception("call pump failed (session %s)", self.session)
 
     def submit_text(self, text: str) -> None:
-        """Start a typed turn without blocking the reader (audio and `stop` keep flowing)."""
+        """Start a typed turn without blocking the reader (audio and `stop` keep flowing); after a
+        transfer the caller is talking to a person, and the agent answers nothing more."""
+        if self.transferred:
+            return
         self.turns_pending += 1
         self.last_event = time.monotonic()
         task = asyncio.create_task(self._text_turn(text))

@@ -59,6 +59,10 @@ function showTransfer(h) {
   $("transfer-team").textContent = h.team;
   $("transfer-id").textContent = h.id;
   $("transfer-summary").textContent = h.summary;
+  // the agent stops after a hand-over: nothing more is typed or heard on this call
+  setStatus("transferred", `transferred to the ${String(h.team).replace(/_/g, " ")} team`);
+  $("text").disabled = true;
+  $("send").disabled = true;
 }
 
 function showError(ev) {
