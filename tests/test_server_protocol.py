@@ -471,7 +471,13 @@ def test_http_routes():
             st, ct, body = await asyncio.to_thread(get, "/app.js")
             assert st == 200 and "javascript" in ct
             st, _, body = await asyncio.to_thread(get, "/healthz")
-            assert st == 200 and json.loads(body)["max_calls"] == 4
+            assert st == 200 and json.loads(body)["max_calls"] == 4 and json.loads(body)["ready"]
+            s.state.shutting_down.set()  # draining: not ready, still alive
+            assert (await asyncio.to_thread(get, "/readyz"))[0] == 503
+            assert (await asyncio.to_thread(get, "/healthz"))[0] == 503
+            st, _, body = await asyncio.to_thread(get, "/livez")
+            assert st == 200 and json.loads(body)["draining"]
+            s.state.shutting_down.clear()
             st, _, _ = await asyncio.to_thread(get, "/nope")
             assert st == 404
             st, _, _ = await asyncio.to_thread(get, "/v1/call")  # plain GET on a websocket path

@@ -29,14 +29,23 @@ def process_request_for(state: ServerState) -> Callable[[ServerConnection, Reque
                            ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
         return Response(status, reason, headers, body)
 
+    def health(path: str) -> Response:
+        """`/livez`: the process answers (200). `/readyz` and `/healthz`: it takes new calls; 503
+        while draining on shutdown, so a load balancer stops sending callers here."""
+        ready = not state.shutting_down.is_set()
+        body = json.dumps({"ok": ready or path == "/livez", "ready": ready, "draining": not ready,
+                           "active_calls": state.active, "max_calls": state.config.max_calls,
+                           "protocol": PROTOCOL_VERSION}).encode()
+        if ready or path == "/livez":
+            return respond(200, "OK", body, "application/json")
+        return respond(503, "Service Unavailable", body, "application/json")
+
     def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path in WS_PATHS:
             return None  # websocket handshake (websockets answers 426 to a plain GET)
-        if path == "/healthz":
-            body = json.dumps({"ok": not state.shutting_down.is_set(), "active_calls": state.active,
-                               "max_calls": state.config.max_calls, "protocol": PROTOCOL_VERSION}).encode()
-            return respond(200, "OK", body, "application/json")
+        if path in ("/healthz", "/readyz", "/livez"):
+            return health(path)
         if path in WEB_FILES:
             name, ctype = WEB_FILES[path]
             try:
