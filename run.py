@@ -65,5 +65,10 @@ def main(argv: list[str]) -> int:
         return 0
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The `voice-agent` console command of an installed package."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    entry()
