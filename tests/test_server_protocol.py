@@ -261,6 +261,11 @@ def test_text_turn_event_order_and_public_decision():
             assert d["action"] == "answer" and "debug" not in d
             assert s.runtime.calls[0].facets == {"customer_type": "personal"}
             assert await until(lambda: s.state.active == 0 and s.runtime.calls[0].closed)
+            metrics = s.state.metrics.exposition().decode()  # what GET /metrics serves
+            assert 'voice_agent_turns_total{action="answer"} 1.0' in metrics
+            assert 'voice_agent_turn_reasons_total{reason="grounded_answer"} 1.0' in metrics
+            assert 'voice_agent_calls_total{endpoint="native"} 1.0' in metrics
+            assert "voice_agent_calls_active 0.0" in metrics
     run(go())
 
 
@@ -389,6 +394,7 @@ def test_busy_past_max_calls_then_slot_is_freed():
             async with connect(s.url()) as c:
                 msgs, close = await collect_until_close(c)
                 assert msgs[0]["code"] == "busy" and close == 1013
+            assert 'voice_agent_busy_rejections_total{endpoint="native"} 1.0' in s.state.metrics.exposition().decode()
             await a.close()  # abrupt hang-up (no stop) frees a slot
             assert await until(lambda: s.state.active < 2)
             async with connect(s.url()) as d:
@@ -478,6 +484,8 @@ def test_http_routes():
             st, _, body = await asyncio.to_thread(get, "/livez")
             assert st == 200 and json.loads(body)["draining"]
             s.state.shutting_down.clear()
+            st, ct, body = await asyncio.to_thread(get, "/metrics")
+            assert st == 200 and ct.startswith("text/plain") and b"voice_agent_calls_active" in body
             st, _, _ = await asyncio.to_thread(get, "/nope")
             assert st == 404
             st, _, _ = await asyncio.to_thread(get, "/v1/call")  # plain GET on a websocket path

@@ -35,7 +35,7 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
     """Admit, let the endpoint open its call (setting `conn.driver`), supervise, finish; any
     failure ends in one report and one close, and the call slot is always released."""
     cfg = state.config
-    if not state.admit():
+    if not state.admit(endpoint):
         log_event("busy", endpoint=endpoint, active=state.active, max_calls=cfg.max_calls)
         await report("busy", f"the server is at its limit of {cfg.max_calls} concurrent calls; try again later")
         await close_ws(ws, 1013, "busy")

@@ -13,6 +13,7 @@ from policy.decision import Action, Handoff
 from voice_agent.call import CallEvent
 from voice_agent.interfaces import CallLike
 
+from .metrics import ServerMetrics
 from .state import LOG, log_event
 
 Emit = Callable[[str, CallEvent], Awaitable[None]]  # (the event's kind, the event) onto the wire
@@ -25,9 +26,10 @@ class CallDriver:
     QUIET_S = 0.4  # no event for this long and nothing open = the call is idle
     PENDING_SPEECH_S = 1.5  # the same, when caller speech has not been transcribed yet
 
-    def __init__(self, call: CallLike, emit: Emit, session: str, endpoint: str):
+    def __init__(self, call: CallLike, emit: Emit, session: str, endpoint: str, metrics: ServerMetrics | None = None):
         self.call = call
         self.emit = emit
+        self.metrics = metrics
         self.session = session
         self.endpoint = endpoint
         self.audio_open: set[str] = set()
@@ -69,6 +71,8 @@ class CallDriver:
                     self.decisions += 1
                     d = ev.decision
                     self.transfer_pending = d.action == Action.transfer and d.handoff is not None
+                    if self.metrics is not None:
+                        self.metrics.decision(d, ev.timings_ms)
                     log_event("decision", session=self.session, endpoint=self.endpoint,
                               action=d.action.value,
                               reasons=[r.value for r in d.reasons],
@@ -79,6 +83,8 @@ class CallDriver:
                     self.transfer_pending, self.transferred, self.turns_pending = False, True, 0
                 elif ev.type == "error":
                     log_event("call_error", session=self.session, code=ev.code, message=ev.message)
+                    if self.metrics is not None:
+                        self.metrics.errors.labels(ev.code).inc()
                 if self.wire_closed:
                     continue  # keep draining so the call's queue never blocks its worker
                 try:

@@ -86,7 +86,7 @@ async def _open_call(ws: ServerConnection, state: ServerState, conn: Connection,
         config=state.call_config(input_rate=start.sample_rate, output_rate=out_rate, output_encoding="pcm16"),
     )
     wire = NativeWire(ws)
-    driver = conn.driver = CallDriver(call, wire.emit, conn.session, "native")
+    driver = conn.driver = CallDriver(call, wire.emit, conn.session, "native", state.metrics)
     driver.end_silence_ms = cfg.end_silence_ms
     log_event("call_start", session=conn.session, endpoint="native", role=role, facets=sorted(start.caller),
               sample_rate=start.sample_rate, active=state.active)

@@ -10,6 +10,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from .metrics import CONTENT_TYPE_LATEST
 from .protocol import PROTOCOL_VERSION
 from .state import ServerState
 
@@ -46,6 +47,8 @@ def process_request_for(state: ServerState) -> Callable[[ServerConnection, Reque
             return None  # websocket handshake (websockets answers 426 to a plain GET)
         if path in ("/healthz", "/readyz", "/livez"):
             return health(path)
+        if path == "/metrics":
+            return respond(200, "OK", state.metrics.exposition(), CONTENT_TYPE_LATEST)
         if path in WEB_FILES:
             name, ctype = WEB_FILES[path]
             try:

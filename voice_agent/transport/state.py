@@ -12,6 +12,7 @@ from voice_agent.call import CallConfig
 from voice_agent.interfaces import CallRuntime
 
 from .config import ServerConfig
+from .metrics import ServerMetrics
 
 LOG = logging.getLogger("voice_agent.server")
 
@@ -56,14 +57,17 @@ class ServerState:
         self.started = time.monotonic()
         self.calls_total = 0
         self.busy_total = 0
+        self.metrics = ServerMetrics(active=lambda: self.active)
 
-    def admit(self) -> bool:
+    def admit(self, endpoint: str = "native") -> bool:
         """Take a call slot; False past `max_calls` or while shutting down."""
         if self.active >= self.config.max_calls or self.shutting_down.is_set():
             self.busy_total += 1
+            self.metrics.busy.labels(endpoint).inc()
             return False
         self.active += 1
         self.calls_total += 1
+        self.metrics.calls.labels(endpoint).inc()
         return True
 
     def release(self) -> None:

@@ -233,7 +233,7 @@ def _new_driver(ws: ServerConnection, state: ServerState, conn: Connection, star
     sid = start.streamSid or info.streamSid
     call = state.runtime.new_call(role=role, facets=params,
                                   config=state.call_config(input_rate=8000, output_rate=8000, output_encoding="mulaw"))
-    driver = CallDriver(call, TwilioWire(ws, sid).emit, conn.session, "twilio")
+    driver = CallDriver(call, TwilioWire(ws, sid).emit, conn.session, "twilio", state.metrics)
     driver.end_silence_ms = cfg.end_silence_ms
     log_event("call_start", session=conn.session, endpoint="twilio", role=role, facets=sorted(params),
               stream_sid=sid, call_sid=info.callSid, active=state.active)
