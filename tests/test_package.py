@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -19,7 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
+    # build from a copy: setuptools keeps a build/ folder beside the sources, and a stale one
+    # (a module since deleted) would end up in the wheel
+    src = out / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".venv", ".git", "build", "*.egg-info", ".cache", "var",
+                                                              "__pycache__", "fixtures", "tests"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
                    check=True, capture_output=True, timeout=600)
     [whl] = out.glob("voice_agent_refusal-*.whl")
     return whl

@@ -50,6 +50,8 @@ def server(tmp_path_factory):
     assert stop_server(proc) == 0
     log = (state / "server.log").read_text()
     assert '"event": "stopped"' in log  # logs flushed on the way out
+    lines = [json.loads(line) for line in log.splitlines() if line.strip()]  # every line is one JSON object
+    assert {"ts", "level", "name", "message"} <= set(lines[0]) and any(r["name"].startswith("websockets") for r in lines)
 
 
 def handoff_ids(state: Path) -> set[str]:

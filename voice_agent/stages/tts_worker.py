@@ -52,6 +52,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, BinaryIO
 
+from ..logs import configure_logging
+
 if TYPE_CHECKING:  # heavy, GPL: piper loads at run time only inside `_load_voice`
     from piper import PiperVoice
 
@@ -182,8 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="onnxruntime threads (default 0: one per core). Several workers on few "
                              "cores render faster together with one each")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("TTS_WORKER_LOG", "WARNING"), stream=sys.stderr,
-                        format="tts_worker %(levelname)s %(message)s")
+    configure_logging(os.environ.get("TTS_WORKER_LOG", "WARNING"), component="tts_worker")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     # Keep the real stdout for frames only; anything else that writes to fd 1 (a library's

@@ -18,6 +18,7 @@ from websockets.http11 import Request
 
 from kb.loader import kb_dir_error
 from voice_agent.call import VoiceRuntime
+from voice_agent.logs import configure_logging
 from voice_agent.stages.tts import TtsPool
 
 from .config import ServerConfig, ServerConfigError, load_server_config
@@ -177,7 +178,7 @@ def cli(argv: list[str]) -> int:
     if not 1 <= tts_workers <= 16:
         print(f"error: --tts-workers {tts_workers}: must be 1..16", file=sys.stderr)
         return 2
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(logging.INFO)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     runtime = _load_runtime(args, config, tts_workers)
     if runtime is None:

@@ -3,7 +3,6 @@ ending `Fatal` error and the one-JSON-line event log every endpoint writes."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Literal, Protocol
@@ -12,6 +11,7 @@ from voice_agent.call import CallConfig
 from voice_agent.interfaces import CallRuntime
 
 from .config import ServerConfig
+from ..logs import event_fields
 from .metrics import ServerMetrics
 
 LOG = logging.getLogger("voice_agent.server")
@@ -26,8 +26,8 @@ class Fatal(Exception):
 
 
 def log_event(event: str, **fields: object) -> None:
-    """One JSON line per server event on stderr: easy to grep, easy to ship."""
-    LOG.info(json.dumps({"event": event, **fields}, ensure_ascii=False, default=str))
+    """One JSON line per server event on stderr (see voice_agent/logs.py): easy to grep and ship."""
+    LOG.info(event, extra=event_fields(event, fields))
 
 
 class CallConfigFactory(Protocol):
