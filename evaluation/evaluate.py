@@ -294,6 +294,8 @@ def _print_failures(results: list[CaseResult], limit: int) -> None:
     print(f"\nfailing cases ({len(bad)}):")
     for r in bad[:limit]:
         print(f"  {r.case.id} [{r.case.bucket}]: {'; '.join(r.failures)}")
+        if r.mode == "audio":  # what was heard decides an audio case: show it beside the failure
+            print(f"      heard: {' | '.join(t.transcript or '' for t in r.turns) or '(nothing)'}")
     if len(bad) > limit:
         print(f"  ... and {len(bad) - limit} more (see --out)")
 

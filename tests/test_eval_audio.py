@@ -104,7 +104,7 @@ def test_runner_reports_missing_reply_audio(tmp_path):
 
 
 @pytest.mark.unit
-def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path):
+def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path, capsys):
     from evaluation.evaluate import run_cases
 
     class Kb:
@@ -128,6 +128,10 @@ def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path):
 
     [r] = run_cases(Engine(), [case()], audio_dir=tmp_path, audio_runner=runner)
     assert seen == [("a1", tmp_path / "a1.wav")]
+    from evaluation.evaluate import _print_failures
+
+    _print_failures([r], 5)
+    assert "      heard: heard" in capsys.readouterr().out  # a failing audio case shows what was heard
     assert r.mode == "audio" and r.line()["transcripts"] == ["heard"]
     assert r.failures == ["turn 1: expected refuse, got answer"]
     assert r.turns[0].sources[0].status == "missing"  # cited section not in the KB
