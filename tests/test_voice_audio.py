@@ -208,3 +208,45 @@ def test_load_audio_and_wav_bytes(tmp_path):
 def test_bad_rates():
     with pytest.raises(AudioError):
         resample(np.zeros(10), 0, 16000)
+
+
+def _encode(path, x, rate, codec):
+    import av
+
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(codec, rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray((x * 32767).astype(np.int16).reshape(1, -1), format="s16", layout="mono")
+        frame.rate = rate
+        for packet in stream.encode(frame):
+            out.mux(packet)
+        for packet in stream.encode(None):
+            out.mux(packet)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("suffix, codec", [(".flac", "flac"), (".mp3", "libmp3lame"), (".ogg", "libopus")])
+def test_common_recordings_read_like_wavs(tmp_path, suffix, codec):
+    """FLAC, MP3 and Ogg/Opus come through PyAV as float32 mono at their own rate."""
+    from voice_agent.audio_files import read_audio
+
+    rate = 48000 if codec == "libopus" else 16000
+    x = (0.4 * np.sin(2 * np.pi * 440 * np.arange(rate) / rate)).astype(np.float32)  # one second of A4
+    path = tmp_path / f"tone{suffix}"
+    _encode(path, x, rate, codec)
+    y, sr = read_audio(path)
+    assert sr == rate and y.dtype == np.float32 and y.ndim == 1
+    assert abs(len(y) / sr - 1.0) < 0.1  # encoders pad a little
+    spectrum = np.abs(np.fft.rfft(y[: sr // 2]))
+    assert abs(np.argmax(spectrum) * 2 - 440) <= 4  # the same tone came back
+
+
+@pytest.mark.unit
+def test_garbage_and_missing_recordings_are_one_line_errors(tmp_path):
+    from voice_agent.audio_files import read_audio
+
+    junk = tmp_path / "junk.mp3"
+    junk.write_bytes(b"\x00\x01garbage" * 100)
+    for path in (junk, tmp_path / "missing.flac"):
+        with pytest.raises(AudioError) as e:
+            read_audio(path)
+        assert str(path) in str(e.value) and "\n" not in str(e.value)

@@ -29,7 +29,8 @@ from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
 from kb.measure import percentile
 from policy.cli import fail
-from voice_agent.audio import AudioError, read_wav
+from voice_agent.audio import AudioError
+from voice_agent.audio_files import read_audio
 from voice_agent.client import CallResult, stream_call
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,7 +222,7 @@ def cli(argv: list[str]) -> int:
         tmp.mkdir(parents=True, exist_ok=True)
         try:
             wav = Path(args.wav) if args.wav else default_wav(tmp)
-            audio, rate = read_wav(wav)
+            audio, rate = read_audio(wav)
         except (AudioError, RuntimeError, subprocess.CalledProcessError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

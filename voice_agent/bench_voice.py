@@ -22,11 +22,12 @@ from typing import TypedDict
 
 import numpy as np
 
-from kb.measure import percentile, usable_cores
 from kb.loader import kb_dir_error
+from kb.measure import percentile, usable_cores
 from policy.cli import fail
 
-from .audio import AudioError, float_to_pcm16, read_wav, resample
+from .audio import AudioError, float_to_pcm16, resample
+from .audio_files import read_audio
 from .call import CallConfig, VoiceRuntime
 from .stages.vad import StreamingVad
 
@@ -198,7 +199,7 @@ def _load_recordings(args: argparse.Namespace) -> list[tuple[Path, np.ndarray, l
     recordings = []
     for f in files:
         try:
-            x, sr = read_wav(f)
+            x, sr = read_audio(f)
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             return None

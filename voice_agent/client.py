@@ -27,7 +27,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from kb.jsontypes import JsonObject
-from voice_agent.audio import AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, read_wav, resample, write_wav
+from voice_agent.audio import AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, resample, write_wav
+from voice_agent.audio_files import read_audio
 
 __all__ = ["CallResult", "stream_call", "speech_ends", "cli"]
 
@@ -371,7 +372,7 @@ def cli(argv: list[str]) -> int:
     audio, rate = None, 16000
     if args.wav:
         try:
-            audio, rate = read_wav(args.wav)
+            audio, rate = read_audio(args.wav)
         except AudioError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

@@ -16,7 +16,8 @@ from evaluation.cli import cli as eval_cli
 from policy.decision import Decision
 from policy.engine import Engine
 
-from .audio import float_to_pcm16, read_wav, resample
+from .audio import float_to_pcm16, resample
+from .audio_files import read_audio
 from .call import CallConfig, VoiceRuntime
 from .interfaces import CallLike, CallRuntime
 
@@ -95,7 +96,7 @@ class _Heard:
 
 
 async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str) -> CaseAudio:
-    pcm, sr = read_wav(wav_path)
+    pcm, sr = read_audio(wav_path)
     rate = RATE
     if sr != rate:
         pcm = resample(pcm, sr, rate)

@@ -14,7 +14,8 @@ from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
 from policy.cli import fail
 
-from .audio import AudioError, float_to_pcm16, pcm16_to_float, read_wav, resample, write_wav
+from .audio import AudioError, float_to_pcm16, pcm16_to_float, resample, write_wav
+from .audio_files import read_audio
 from .call import CallConfig, VoiceRuntime
 from .interfaces import CallRuntime
 
@@ -92,7 +93,7 @@ def cli(argv: list[str]) -> int:
     if err := kb_dir_error(kb):
         return fail(err)
     try:
-        pcm, sr = read_wav(args.wav)
+        pcm, sr = read_audio(args.wav)
     except AudioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
