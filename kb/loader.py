@@ -49,7 +49,11 @@ class KBNotFound(Exception):
 def kb_dir_error(path: str | Path) -> str | None:
     """The one-line error every command gives for a KB path that is not a directory, else None."""
     p = Path(path).expanduser()
-    return None if p.is_dir() else f"{p}: knowledge base directory not found"
+    if not p.is_dir():
+        return f"{p}: knowledge base directory not found"
+    if next(p.rglob("*.md"), None) is None:
+        return f"{p}: no loadable documents in the knowledge base"
+    return None
 
 
 class KBFileError(Exception):

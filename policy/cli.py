@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -47,6 +48,21 @@ def parse_facets(pairs: list[str]) -> dict[str, str]:
             raise ValueError(f"facet {p!r} must look like key=value, e.g. customer_type=business")
         out[key.strip()] = value.strip()
     return out
+
+
+def facet_error(facets: dict[str, str], known: dict[str, set[str]]) -> str | None:
+    """A `--facet` whose key or value this KB (as the caller's role sees it) never uses: a typo
+    would otherwise be taken as a different caller ("persnal" is not "personal")."""
+    for key, value in facets.items():
+        if key not in known:
+            hint = difflib.get_close_matches(key, known, n=1)
+            return (f"--facet {key}={value}: unknown facet key {key!r}"
+                    + (f"; did you mean {hint[0]!r}?" if hint else f"; this KB uses: {', '.join(sorted(known)) or 'none'}"))
+        if value not in known[key]:
+            hint = difflib.get_close_matches(value, known[key], n=1)
+            return (f"--facet {key}={value}: {value!r} is not a value of {key}"
+                    + (f"; did you mean {hint[0]!r}?" if hint else f"; known: {', '.join(sorted(known[key]))}"))
+    return None
 
 
 def load_engine(args: argparse.Namespace) -> Engine:
@@ -96,6 +112,8 @@ def cli(argv: list[str]) -> int:
                                  policy=args.policy)
     except UnknownRole as exc:
         return fail(str(exc))
+    if err := facet_error(facets, engine.kb_facets(session.role)):
+        return fail(err)
     session.pending_question = state.get("pending_question")
     session.pending_facets = list(state.get("pending_facets") or [])
     session.transcript = state.get("transcript", [])

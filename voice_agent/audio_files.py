@@ -18,6 +18,8 @@ def read_audio(path: str | Path, max_seconds: float = MAX_SECONDS) -> tuple[np.n
     try:
         with open(p, "rb") as f:
             head = f.read(12)
+    except FileNotFoundError:
+        raise AudioError(f"{p}: no such file") from None
     except OSError as e:
         raise AudioError(f"{p}: cannot read ({e.strerror or e})") from None
     if head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
@@ -46,7 +48,8 @@ def _decode(p: Path, max_seconds: float) -> tuple[np.ndarray, int]:
     except AudioError:
         raise
     except Exception as e:  # noqa: BLE001 - FFmpeg's many errors all mean "not a recording we can read"
-        raise AudioError(f"{p}: not an audio file this product can read ({type(e).__name__}: {e})") from None
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise AudioError(f"{p}: not a WAV file, nor a recording PyAV can decode ({detail})") from None
     if not chunks:
         raise AudioError(f"{p}: no audio in the file")
     return np.clip(np.concatenate(chunks), -1.0, 1.0), rate
