@@ -12,7 +12,7 @@ from kb.tokenize import content_terms
 from .evidence import GradedHit, best_unit_order, best_units
 from .features import versions_of_one
 from .language import FactKind
-from .numbers import based_quantities, rate_bases
+from .numbers import quantities
 
 SAME_FACT_SIMILARITY = 0.6  # cosine of two answer sentences about the same fact
 SAME_FACT_OVERLAP = 0.4  # without the dense model: share of the shorter sentence's words the other says too
@@ -26,24 +26,19 @@ def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
     return any(k in fb and fb[k] != v for k, v in fa.items())
 
 
-def _figures(units: list[str], kind: FactKind, bases: frozenset[str] = frozenset()) -> dict[str, set[str]]:
-    """Figures of the asked kind, by quantity kind; with `bases`, only rates counted against the same
-    thing (or against nothing named): £2.26 per cubic metre and £1.34 for every £1 of rateable value
-    are different facts, not two values of one."""
+def _figures(units: list[str], kind: FactKind) -> dict[str, set[str]]:
     wanted = _KINDS.get(kind)
     out: dict[str, set[str]] = {}
     for unit in units:
-        for q, basis in based_quantities(unit):
-            if bases and basis and not basis & bases:
-                continue
+        for q in quantities(unit):
             if (wanted is None and q.kind != "number") or (wanted is not None and q.kind in wanted):
                 out.setdefault(q.kind, set()).add(q.value)
     return out
 
 
-def stated_figures(g: GradedHit, kind: FactKind, bases: frozenset[str] = frozenset()) -> dict[str, set[str]]:
+def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
     """The figures, by quantity kind, in the sentences this section would speak as its answer."""
-    return _figures(best_units(g, kind), kind, bases)
+    return _figures(best_units(g, kind), kind)
 
 
 def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> list[str]:
@@ -66,23 +61,20 @@ def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: S
 
 
 def find_conflicts(best: GradedHit, others: list[GradedHit], kind: FactKind, likely_p: float,
-                   similarity: Similarity | None = None, question: str = "") -> list[tuple[GradedHit, GradedHit, str]]:
+                   similarity: Similarity | None = None) -> list[tuple[GradedHit, GradedHit, str]]:
     """Current sections of other documents that give a different figure for what the best section
     would answer: a sentence saying the same thing with another figure, or, in a section likely to
-    answer the question itself, the answer it would give. Rates count against what the question
-    names ("per cubic metre"), else against what the best section's own figures name."""
+    answer the question itself, the answer it would give."""
     pairs = []
-    asked = rate_bases(question)
-    fa = stated_figures(best, kind, asked)
-    bases = asked or frozenset(w for u in best_units(best, kind) for _, basis in based_quantities(u) for w in basis)
+    fa = stated_figures(best, kind)
     seen: set[str] = set()
     for b in others:
         if not b.active or b.doc_id == best.doc_id or b.doc_id in seen or versions_of_one(best.hit, b.hit) \
                 or _facet_disjoint(best, b):
             continue
-        fb = _figures(same_fact_units(best, b, kind, similarity), kind, bases)
+        fb = _figures(same_fact_units(best, b, kind, similarity), kind)
         if b.p >= likely_p:
-            for k, v in stated_figures(b, kind, bases).items():
+            for k, v in stated_figures(b, kind).items():
                 fb.setdefault(k, set()).update(v)
         for qkind in sorted(set(fa) & set(fb)):
             if fa[qkind].isdisjoint(fb[qkind]):

@@ -235,7 +235,7 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     assert best is not None
     # g. Current sources disagree on the asked fact: expose it, never pick a side.
     others = [g for g in active if g is not best]
-    if pairs := find_conflicts(best, others, kind, th.conflict_p, facts.unit_similarity, facts.question):  # type: ignore[arg-type]
+    if pairs := find_conflicts(best, others, kind, th.conflict_p, facts.unit_similarity):  # type: ignore[arg-type]
         a, b = pairs[0][0], pairs[0][1]
         high = RISK_ORDER[_risk_of([a, b])] >= RISK_ORDER["high"]
         return out(Action.transfer if high else Action.refuse, [Reason.conflicting_sources], "g_conflict",

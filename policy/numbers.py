@@ -13,8 +13,6 @@ from functools import lru_cache
 
 from text_to_num import alpha2digit
 
-from kb.tokenize import content_terms
-
 # Spoken measures that are a number and a unit in one word.
 _MEASURES = {"fortnight": "14 days", "fortnights": "14 days", "half an hour": "30 minutes",
              "half a day": "12 hours", "a dozen": "12", "a couple of": "2", "a hundred": "100",
@@ -114,25 +112,6 @@ def quantities(text: str) -> list[Quantity]:
         if not any(s <= m.start() < e for s, e in spans):
             found.append(Quantity(_canon(m.group(0)), "number"))
     return found
-
-
-# What a rate is counted against: "per cubic metre", "for every £1 of rateable value", "each
-# month", "a year". Two figures with different bases are not two values of one fact.
-_BASIS = re.compile(r"\b(?:per|for every|for each|each|every|an?(?= (?:year|month|week|day|hour|minute)\b))\s+"
-                    r"(?:[$€£]?\d[\d.,]*\s+(?:of\s+)?)?([a-z]+(?:\s+[a-z]+)?)", re.I)
-
-
-def rate_bases(text: str) -> frozenset[str]:
-    """The terms the rates in the text are counted against ("per cubic metre" -> cubic, metr)."""
-    return frozenset(t for m in _BASIS.finditer(text) for t in content_terms(m.group(1)))
-
-
-def based_quantities(text: str) -> list[tuple[Quantity, frozenset[str]]]:
-    """Each figure with the basis named in its own clause (a table cell, a list item's part):
-    "Sewerage (per cubic metre): £2.26; Standing charge (per year): £38" keeps the two apart."""
-    clauses = text.replace(" and ", ";").replace(",", ";").split(";")
-    return [(q, rate_bases(clause)) for clause in clauses for q in quantities(clause)]
-
 
 
 def _clock(m: re.Match[str]) -> str:

@@ -154,22 +154,6 @@ def test_superseding_or_facet_scoped_documents_are_not_a_conflict():
     assert o.gate != "g_conflict"
 
 
-def _rate(doc, text, rank=1, **kw):
-    return hit(doc, text, covered=("sewerag", "charg"), rank=rank, **kw)
-
-
-def test_rates_counted_against_different_things_are_not_a_conflict():
-    metered = _rate("metered", "Riverside: Sewerage (per cubic metre): £2.26; Standing charge (per year): £38.00")
-    unmetered = _rate("unmetered", "Sewerage: £1.3385 for every £1 of rateable value.", rank=2)
-    o = run("what's the sewerage charge per cubic metre in riverside", result(metered, unmetered))
-    assert o.action == Action.answer and o.gate == "j_answer"
-    # the same basis with another figure is a conflict, and so is a figure that names no basis
-    other = _rate("price-list", "Sewerage is charged at £2.40 per cubic metre.", rank=2)
-    assert run("what's the sewerage charge per cubic metre", result(metered, other)).gate == "g_conflict"
-    bare = _rate("faq", "The sewerage charge is £2.40.", rank=2)
-    assert run("what's the sewerage charge per cubic metre", result(metered, bare)).gate == "g_conflict"
-
-
 def test_conflict_on_a_high_risk_topic_transfers():
     a = _pass("fraud-help", "The roaming pass refund takes 5 days.", risk="high", team="fraud")
     b = _pass("fraud-faq", "The roaming pass refund takes 9 days.", risk="high", team="fraud", rank=2)

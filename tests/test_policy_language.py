@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from policy.language import asks_question, fact_kind, holds_kind, normalize_text, question_focus, specificity
-from policy.numbers import (Quantity, based_quantities, number_values, quantities, rate_bases, unsupported_numbers,
-                            words_to_digits)
+from policy.numbers import Quantity, number_values, quantities, unsupported_numbers, words_to_digits
 
 pytestmark = pytest.mark.unit
 
@@ -69,12 +68,3 @@ def test_the_clause_that_asks_is_the_focus():
 
 def test_frame_words_weigh_less_than_subjects():
     assert specificity("long") < 0.4 < specificity("voicemail") == 1.0
-
-
-def test_a_rate_knows_what_it_is_counted_against():
-    assert rate_bases("£7.50 per month") == {"month"}
-    assert rate_bases("£1.3385 for every £1 of rateable value") == rate_bases("per rateable value") != frozenset()
-    assert rate_bases("a minimum charge of £142 a year for water supply") == {"year"}
-    assert rate_bases("a free leak check") == frozenset() and rate_bases("The late fee is £12.") == frozenset()
-    row = based_quantities("Sewerage (per cubic metre): £2.26; Standing charge (per year): £38.00")
-    assert [(q.value, b) for q, b in row] == [("2.26", rate_bases("per cubic metre")), ("38", {"year"})]
