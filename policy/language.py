@@ -68,9 +68,7 @@ def holds_kind(kind: FactKind, text: str) -> bool:
 def specificity(word: str) -> float:
     """How much a word names a subject rather than frames a sentence, from its frequency in general
     English (wordfreq): "take", "long", "much" are near 0.2; "voicemail", "prepayment" are 1."""
-    from wordfreq import (
-        zipf_frequency,  # heavy: 0.1 s of word lists, loaded on the first turn
-    )
+    from wordfreq import zipf_frequency  # heavy: 0.1 s of word lists, loaded on the first turn
 
     z = zipf_frequency(word, "en")
     return min(1.0, max(0.15, (7.0 - z) / 3.5))
