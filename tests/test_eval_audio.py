@@ -98,7 +98,8 @@ def test_runner_collects_final_transcripts_and_decisions(tmp_path):
 
 @pytest.mark.unit
 def test_runner_reports_missing_reply_audio(tmp_path):
-    _, decisions, problems = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object())
+    _, decisions, problems = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object(),
+                                            quiet_s=0.2)
     assert len(decisions) == 1
     assert problems == ["audio: no reply audio for turn(s) [1]"]
 

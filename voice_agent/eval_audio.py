@@ -67,10 +67,10 @@ class _Heard:
     def playing(self) -> bool:
         return any(r not in self.ended for r in self.replies)
 
-    async def settle(self, want: int) -> None:
+    async def settle(self, want: int, quiet_s: float = QUIET_S) -> None:
         """Wait until every one of `want` caller turns has its decision and finished reply audio.
         Otherwise (VAD heard fewer turns, a reply never started) stop once nothing is playing and
-        the stream has been quiet for QUIET_S, or at SETTLE_TIMEOUT_S."""
+        the stream has been quiet for `quiet_s`, or at SETTLE_TIMEOUT_S."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SETTLE_TIMEOUT_S
         while not (len(self.decisions) >= want and len(self.replies) >= len(self.decisions) and not self.playing()):
@@ -80,7 +80,7 @@ class _Heard:
             self.changed.clear()
             idle = bool(self.decisions) and not self.playing()
             try:
-                await asyncio.wait_for(self.changed.wait(), timeout=min(QUIET_S, left) if idle else left)
+                await asyncio.wait_for(self.changed.wait(), timeout=min(quiet_s, left) if idle else left)
             except asyncio.TimeoutError:
                 if idle:
                     break
@@ -95,7 +95,8 @@ class _Heard:
         return problems
 
 
-async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str) -> CaseAudio:
+async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str,
+               quiet_s: float) -> CaseAudio:
     pcm, sr = read_audio(wav_path)
     rate = RATE
     if sr != rate:
@@ -109,7 +110,7 @@ async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallCon
         for i in range(0, len(data), step * 2):
             await call.feed_audio(data[i:i + step * 2])
         await call.end_of_input()
-        await heard.settle(len(case.caller_turns))
+        await heard.settle(len(case.caller_turns), quiet_s)
     finally:
         await call.close()
         consumer.cancel()
@@ -121,12 +122,14 @@ async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallCon
 
 
 def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
-                   config: CallConfig | None = None, role: str = "public") -> CaseAudio:
+                   config: CallConfig | None = None, role: str = "public", quiet_s: float = QUIET_S) -> CaseAudio:
     """Feed `<case id>.wav` through a new call of `runtime` (a `VoiceRuntime`) and collect what the
     caller was heard to say and what the agent decided, one per detected turn. `role` applies to
     cases that name none. The third element lists problems of the voice path (no reply audio, call
-    errors); the eval counts them as failures of the case."""
-    return asyncio.run(_run(runtime, case, Path(wav_path), config if config is not None else default_config(), role))
+    errors); the eval counts them as failures of the case. `quiet_s`: how long a stream with fewer
+    turns than the case expects must stay quiet before the case is scored as it stands."""
+    cfg = config if config is not None else default_config()
+    return asyncio.run(_run(runtime, case, Path(wav_path), cfg, role, quiet_s))
 
 
 def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,
