@@ -103,5 +103,5 @@ class CallCore:
         rt = self.runtime
         return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "")
 
-    def _handle_vad(self, events: list[VadEvent]) -> None:
-        raise NotImplementedError  # the call loop's (session.py): speculation ends turns through it
+    # the call loop's (session.py); speculation ends a turn early through it
+    _handle_vad: Callable[[list[VadEvent]], None]

@@ -169,14 +169,21 @@ ServerEvent = Annotated[
 # ---------------------------------------------------------------------------- codec
 
 
-def parse_client_event(raw: str | bytes) -> Start | Text | Played | Stop:
-    """One client text frame → its event model, or `ProtocolError` with a specific code."""
+def json_object(raw: str | bytes, what: str = "text frame") -> JsonObject:
+    """A text frame as a JSON object, or `ProtocolError("bad_json")`: never a traceback, however
+    deep or broken the JSON (both endpoints parse their frames through this)."""
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ProtocolError("bad_json", f"text frame is not JSON ({type(e).__name__})") from None
+        raise ProtocolError("bad_json", f"{what} is not JSON ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ProtocolError("bad_json", f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def parse_client_event(raw: str | bytes) -> Start | Text | Played | Stop:
+    """One client text frame → its event model, or `ProtocolError` with a specific code."""
+    data = json_object(raw)
     kind = data.get("type")
     if not isinstance(kind, str) or kind not in _CLIENT_TYPES:
         raise ProtocolError("unknown_event", f"unknown event type {kind!r}; expected one of {sorted(_CLIENT_TYPES)}")

@@ -31,7 +31,7 @@ from ..audio import mulaw_decode
 from .config import ServerConfig
 from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before_start, serve_connection
 from .driver import AudioGate, CallDriver
-from .protocol import ProtocolError
+from .protocol import ProtocolError, json_object
 from .state import Fatal, ServerState, log_event
 
 __all__ = [
@@ -124,12 +124,7 @@ _INBOUND: dict[str, type[BaseModel]] = {
 
 def parse_twilio(raw: str | bytes) -> BaseModel:
     """One Twilio text frame → its model, or `ProtocolError` (bad_json / unknown_event / bad_event)."""
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ProtocolError("bad_json", f"Twilio frame is not JSON ({type(e).__name__})") from None
-    if not isinstance(data, dict):
-        raise ProtocolError("bad_json", f"expected a JSON object, got {type(data).__name__}")
+    data = json_object(raw, "Twilio frame")
     kind = data.get("event")
     model = _INBOUND.get(kind) if isinstance(kind, str) else None
     if model is None:
