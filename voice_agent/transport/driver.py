@@ -16,7 +16,7 @@ from voice_agent.interfaces import CallLike
 from .metrics import ServerMetrics
 from .state import LOG, log_event
 
-Emit = Callable[[str, CallEvent], Awaitable[None]]  # (the event's kind, the event) onto the wire
+Emit = Callable[[CallEvent], Awaitable[None]]  # one call event onto the wire
 
 
 class CallDriver:
@@ -54,7 +54,6 @@ class CallDriver:
         try:
             async for ev in self.call.events():
                 self.last_event = time.monotonic()
-                kind = ev.type  # every call event names its kind (`ev.type` below narrows the union)
                 if ev.type == "audio_start":
                     self.audio_open.add(ev.id)
                 elif ev.type == "audio_end":
@@ -88,7 +87,7 @@ class CallDriver:
                 if self.wire_closed:
                     continue  # keep draining so the call's queue never blocks its worker
                 try:
-                    await self.emit(kind, ev)
+                    await self.emit(ev)
                 except Exception as e:  # the socket went away mid-send: stop writing, keep draining
                     if not is_closed_error(e):
                         LOG.exception("emit failed (session %s)", self.session)

@@ -31,8 +31,7 @@ class NativeWire:
     async def send(self, event: BaseModel) -> None:
         await self.ws.send(encode(event))
 
-    async def emit(self, kind: str, ev: CallEvent) -> None:
-        # `kind` is `ev.type` (CallDriver passes both); testing `ev.type` narrows the event's class.
+    async def emit(self, ev: CallEvent) -> None:
         if ev.type == "transcript":
             await self.send(Transcript(final=bool(ev.final), text=ev.text))
         elif ev.type == "decision":

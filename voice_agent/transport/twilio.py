@@ -159,8 +159,7 @@ class TwilioWire:
         self.gate = AudioGate(lambda handoff: self.ws.send(mark_message(self.sid, f"transfer:{handoff.id}")))
         self._rest = b""  # μ-law bytes short of a whole frame
 
-    async def emit(self, kind: str, ev: CallEvent) -> None:
-        # `kind` is `ev.type` (CallDriver passes both); testing `ev.type` narrows the event's class.
+    async def emit(self, ev: CallEvent) -> None:
         if ev.type == "audio_start":
             self.gate.started(ev.id)
             self._rest = b""
