@@ -40,6 +40,16 @@ class ServerConfig(BaseModel):
     start_timeout_s: float = Field(10.0, gt=0, description="time a client has to send `start`")
     idle_timeout_s: float = Field(60.0, gt=0, description="a call that sends nothing for this long, with no "
                                   "reply in flight, is closed (a squatter holding a call slot)")
+    # Per remote address (see admission.py). Behind a proxy list it in trusted_proxies so the
+    # client's own address is read from X-Forwarded-For.
+    max_calls_per_address: int = Field(0, ge=0, description="concurrent calls from one address; 0: no limit")
+    connects_per_minute_per_address: int = Field(0, ge=0, description="new connections a minute from one "
+                                                 "address; 0: no limit")
+    token_failures_free: int = Field(3, ge=0, description="wrong tokens from one address before backoff")
+    token_backoff_max_s: float = Field(300.0, gt=0, description="longest backoff after wrong tokens "
+                                       "(it doubles from 1 s)")
+    trusted_proxies: list[str] = Field(default_factory=list, description="addresses whose X-Forwarded-For "
+                                       "is believed")
     max_protocol_errors: int = Field(20, ge=1, description="bad events tolerated before closing")
     end_silence_ms: int = Field(500, ge=100, le=5000)
     sample_rates: list[int] = Field(default_factory=lambda: [8000, 16000, 22050, 24000, 32000, 44100, 48000])

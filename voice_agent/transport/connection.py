@@ -35,7 +35,16 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
     """Admit, let the endpoint open its call (setting `conn.driver`), supervise, finish; any
     failure ends in one report and one close, and the call slot is always released."""
     cfg = state.config
+    addr = client_address(ws, cfg.trusted_proxies)
+    refusal = state.addresses.admit(addr)
+    if refusal is not None:
+        state.metrics.refused.labels(refusal.code).inc()
+        log_event("address_refused", endpoint=endpoint, address=addr, code=refusal.code)
+        await report(refusal.code, refusal.message)
+        await close_ws(ws, 1013 if refusal.code == "busy" else 1008, refusal.code)
+        return
     if not state.admit(endpoint):
+        state.addresses.release(addr)
         log_event("busy", endpoint=endpoint, active=state.active, max_calls=cfg.max_calls)
         await report("busy", f"the server is at its limit of {cfg.max_calls} concurrent calls; try again later")
         await close_ws(ws, 1013, "busy")
@@ -47,10 +56,13 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
         on_message = await open_call(conn)
         if conn.driver is None:
             raise RuntimeError(f"{endpoint}: open_call returned without a call")
+        state.addresses.token_ok(addr)
         how = await supervise(ws, state, conn.driver, on_message)
         await finish(ws, state, conn.driver, how, report)
     except Fatal as f:
         how = f.code
+        if f.code == "unknown_token" and (wait := state.addresses.token_failed(addr)):
+            log_event("token_backoff", endpoint=endpoint, address=addr, seconds=wait)
         await report(f.code, f.message)
         await _close_driver(conn)
         await close_ws(ws, f.close_code, f.code)
@@ -63,8 +75,22 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
         await _close_driver(conn)
     finally:
         state.release()
+        state.addresses.release(addr)
         log_event("call_end", session=conn.session, endpoint=endpoint, how=how,
                   seconds=round(time.monotonic() - t0, 2), decisions=conn.driver.decisions if conn.driver else 0)
+
+
+def client_address(ws: ServerConnection, trusted_proxies: list[str]) -> str:
+    """The caller's address: the peer's, or the last X-Forwarded-For hop when the peer is a trusted
+    proxy (the hops before it are whatever the client chose to write)."""
+    peer = ws.remote_address[0] if ws.remote_address else "unknown"
+    peer = str(peer)
+    if peer in trusted_proxies and ws.request is not None:
+        forwarded = ws.request.headers.get("X-Forwarded-For", "")
+        hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+        if hops:
+            return hops[-1][:64]
+    return peer
 
 
 async def _close_driver(conn: Connection) -> None:

@@ -44,6 +44,8 @@ ERROR_CODES: dict[str, str] = {
     "frame_too_large": "a websocket message over the server's frame limit (fatal, close 1009)",
     "busy": "the server is at its concurrent-call limit (fatal, close 1013)",
     "unknown_token": "`start.token` is not configured on the server (fatal, close 1008)",
+    "rate_limited": "this address is over a per-address limit: connection rate or wrong-token backoff (fatal, "
+                    "close 1008)",
     "session_too_long": "the call exceeded the server's session limit (fatal)",
     "idle_timeout": "the client sent nothing (no audio, no event) for the server's idle limit (fatal)",
     "turn_too_long": "a caller turn exceeded the turn limit; it was cut or ignored",
@@ -55,8 +57,8 @@ ERROR_CODES: dict[str, str] = {
 }
 ErrorCode = Literal[
     "bad_json", "unknown_event", "bad_event", "not_started", "already_started", "bad_protocol",
-    "bad_sample_rate", "bad_audio", "frame_too_large", "busy", "unknown_token", "session_too_long",
-    "turn_too_long", "too_many_errors", "internal", "idle_timeout",
+    "bad_sample_rate", "bad_audio", "frame_too_large", "busy", "unknown_token", "rate_limited",
+    "session_too_long", "turn_too_long", "too_many_errors", "internal", "idle_timeout",
     "turn_failed", "tts_unavailable", "call_failed",
 ]
 

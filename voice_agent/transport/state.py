@@ -10,6 +10,7 @@ from typing import Literal, Protocol
 from voice_agent.call import CallConfig
 from voice_agent.interfaces import CallRuntime
 
+from .admission import AddressGuard, AddressLimits
 from .config import ServerConfig
 from ..logs import event_fields
 from .metrics import ServerMetrics
@@ -58,6 +59,9 @@ class ServerState:
         self.calls_total = 0
         self.busy_total = 0
         self.metrics = ServerMetrics(active=lambda: self.active)
+        self.addresses = AddressGuard(AddressLimits(
+            max_calls=config.max_calls_per_address, connects_per_minute=config.connects_per_minute_per_address,
+            token_failures_free=config.token_failures_free, token_backoff_max_s=config.token_backoff_max_s))
 
     def admit(self, endpoint: str = "native") -> bool:
         """Take a call slot; False past `max_calls` or while shutting down."""
