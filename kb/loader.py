@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 
 from .models import Document, EffectiveStatus, LoadProblem, Section
+from .screen import quarantine
+from .sizes import MAX_FILE_BYTES, split_long_sections
 
 __all__ = [
     "KnowledgeBase", "KBNotFound", "KBFileError", "load_kb", "parse_document", "slugify",
@@ -321,6 +323,9 @@ def _parse(path: Path, root: Path) -> tuple[Document, list[Section], list[str]]:
     except ValueError:
         rel = str(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise KBFileError(path, f"file is {size / 2**20:.1f} MB; the limit is {MAX_FILE_BYTES // 2**20} MB")
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
         raise KBFileError(path, f"not valid UTF-8 (byte {e.start})") from None
@@ -328,7 +333,8 @@ def _parse(path: Path, root: Path) -> tuple[Document, list[Section], list[str]]:
         raise KBFileError(path, f"unreadable: {e.strerror or e}") from None
     meta, body = _split_front_matter(text.replace("\r\n", "\n"), path)
     doc, warnings = _document(meta, rel, path)
-    sections = _sections(doc, body)
+    sections, held_back = quarantine(split_long_sections(_sections(doc, body)))
+    warnings += held_back
     if not sections:
         warnings.append("no text under any heading: nothing to retrieve")
     return doc, sections, warnings
