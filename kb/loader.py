@@ -6,15 +6,13 @@ reason, and every other file still loads.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import hashlib
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from .front_matter import KBFileError, read_document, split_front_matter
 from .models import Document, EffectiveStatus, LoadProblem, Section
 from .screen import quarantine
 from .sizes import MAX_FILE_BYTES, split_long_sections
@@ -24,24 +22,8 @@ __all__ = [
     "effective_status", "visible_to", "kb_version_of",
 ]
 
-_STATUSES = ("active", "deprecated", "draft")
-_RISKS = ("low", "medium", "high", "critical")
-_KNOWN_KEYS = {
-    "id", "title", "status", "version", "effective_from", "effective_until", "supersedes",
-    "applies_to", "acl", "risk", "handoff_team",
-}
-# A front-matter mapping as YAML reads it: keys are text in a valid file, but YAML allows any scalar.
-FrontMatter = dict[object, object]
 _HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
 _FENCE_RE = re.compile(r"^\s*(```|~~~)")
-
-
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]  # libyaml: ~10x faster
-    """Safe YAML that leaves dates as text: we parse them ourselves, so "2026-13-45"
-    becomes a "bad date in effective_from" problem instead of a constructor crash."""
-
-
-_Loader.add_constructor("tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node))
 
 
 class KBNotFound(Exception):
@@ -56,15 +38,6 @@ def kb_dir_error(path: str | Path) -> str | None:
     if next(p.rglob("*.md"), None) is None:
         return f"{p}: no loadable documents in the knowledge base"
     return None
-
-
-class KBFileError(Exception):
-    """One KB file is malformed; `str()` is "path: reason"."""
-
-    def __init__(self, path: str | Path, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path = str(path)
-        self.reason = reason
 
 
 @dataclass
@@ -138,135 +111,6 @@ def _effective(doc: Document, on_date: dt.date, kb: KnowledgeBase | None, seen: 
 # ---------------------------------------------------------------------------- parsing
 
 
-def _has_aliases(front: str) -> bool:
-    """Whether the YAML defines an anchor or uses an alias: read from the event stream, which never
-    expands anything."""
-    return any(isinstance(ev, yaml.AliasEvent) or getattr(ev, "anchor", None) for ev in yaml.parse(front, Loader=_Loader))
-
-
-def _split_front_matter(text: str, path: Path) -> tuple[FrontMatter, str]:
-    text = text.lstrip("\ufeff")
-    lines = text.split("\n")
-    if not lines or lines[0].strip() != "---":
-        raise KBFileError(path, "no front matter (the file must start with a '---' line)")
-    for i in range(1, len(lines)):
-        if lines[i].strip() in ("---", "..."):
-            break
-    else:
-        raise KBFileError(path, "front matter is not closed by a '---' line")
-    front = "\n".join(lines[1:i])
-    try:
-        if _has_aliases(front):  # aliases expand without bound (a "billion laughs" file)
-            raise KBFileError(path, "YAML anchors and aliases (& and *) are not allowed in front matter")
-        meta = yaml.load(front, Loader=_Loader)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 2}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise KBFileError(path, f"unreadable YAML front matter{where}: {problem}") from None
-    except (ValueError, TypeError) as e:  # e.g. unhashable keys
-        raise KBFileError(path, f"unreadable YAML front matter: {e}") from None
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        raise KBFileError(path, f"front matter must be a mapping, got {type(meta).__name__}")
-    return meta, "\n".join(lines[i + 1 :])
-
-
-def _date(meta: FrontMatter, key: str, path: Path) -> dt.date | None:
-    v = meta.get(key)
-    if v is None or v == "":
-        return None
-    if isinstance(v, dt.datetime):
-        return v.date()
-    if isinstance(v, dt.date):
-        return v
-    try:
-        return dt.date.fromisoformat(str(v).strip())
-    except ValueError:
-        raise KBFileError(path, f"bad date in {key}: {v!r} (expected YYYY-MM-DD)") from None
-
-
-def _str_list(meta: FrontMatter, key: str, path: Path, default: list[str]) -> list[str]:
-    v = meta.get(key)
-    if v is None:
-        return list(default)
-    if isinstance(v, str):
-        v = [p.strip() for p in v.split(",") if p.strip()]
-    if not isinstance(v, list) or not all(isinstance(x, (str, int)) for x in v):
-        raise KBFileError(path, f"{key} must be a list of strings, got {v!r}")
-    return [str(x).strip() for x in v]
-
-
-def _scalar_str(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v).strip()
-
-
-def _acl(meta: FrontMatter, path: Path) -> tuple[list[str], list[str]]:
-    """Who may see the document. Permissions fail closed: an empty acl, or a key that looks like a
-    mistyped `acl` ("acls"), restricts the document to no one, and says so; a role that looks like
-    a mistyped "public" stays a role of its own, and is reported."""
-    near = [k for k in map(str, meta) if k != "acl" and (k.lower().startswith("acl")
-                                                        or difflib.SequenceMatcher(None, k.lower(), "acl").ratio() >= 0.75)]
-    if near:
-        return [], [f"front-matter key {near[0]!r} looks like 'acl': the document is restricted to no one "
-                    "until the key is corrected"]
-    if "acl" in meta and meta["acl"] in (None, "", []):
-        return [], ["acl is empty: the document is restricted to no one (write acl: [public] to publish it)"]
-    acl = _str_list(meta, "acl", path, ["public"])
-    warnings = [f"acl role {r!r} looks like 'public' but is not: only callers with role {r!r} see the document"
-                for r in acl if r != "public" and difflib.SequenceMatcher(None, r.lower(), "public").ratio() >= 0.8]
-    return acl, warnings
-
-
-def _document(meta: FrontMatter, rel: str, path: Path) -> tuple[Document, list[str]]:
-    warnings: list[str] = []
-    doc_id = meta.get("id")
-    if doc_id is None or _scalar_str(doc_id) == "":
-        raise KBFileError(path, "missing id in front matter")
-    doc_id = _scalar_str(doc_id)
-    if re.search(r"[\s#]", doc_id):
-        raise KBFileError(path, f"id {doc_id!r} must not contain spaces or '#'")
-    title = meta.get("title")
-    if title is None or _scalar_str(title) == "":
-        raise KBFileError(path, "missing title in front matter")
-    status = _scalar_str(meta.get("status") or "active").lower()
-    if status not in _STATUSES:
-        raise KBFileError(path, f"unknown status {meta.get('status')!r} (expected one of {', '.join(_STATUSES)})")
-    risk = _scalar_str(meta.get("risk") or "low").lower()
-    if risk not in _RISKS:
-        raise KBFileError(path, f"unknown risk {meta.get('risk')!r} (expected one of {', '.join(_RISKS)})")
-    start, until = _date(meta, "effective_from", path), _date(meta, "effective_until", path)
-    if start and until and until < start:
-        raise KBFileError(path, f"bad dates: effective_until {until} is before effective_from {start}")
-    applies = meta.get("applies_to") or {}
-    if not isinstance(applies, dict):
-        raise KBFileError(path, f"applies_to must be a mapping of facet: value, got {applies!r}")
-    acl, acl_warnings = _acl(meta, path)
-    warnings += acl_warnings
-    team = meta.get("handoff_team")
-    unknown = sorted(set(map(str, meta)) - _KNOWN_KEYS)
-    if unknown:
-        warnings.append(f"unknown front-matter keys ignored: {', '.join(unknown)}")
-    doc = Document(
-        id=doc_id,
-        title=_scalar_str(title),
-        status=status,
-        version=_scalar_str(meta.get("version") or ""),
-        effective_from=start,
-        effective_until=until,
-        supersedes=_str_list(meta, "supersedes", path, []),
-        applies_to={str(k).strip(): _scalar_str(v) for k, v in applies.items() if v is not None},
-        acl=acl,
-        risk=risk,
-        handoff_team=_scalar_str(team) if team not in (None, "") else None,
-        path=rel,
-    )
-    return doc, warnings
-
-
 def _sections(doc: Document, body: str) -> list[Section]:
     """Split at headings. Text before the first heading becomes a section named after
     the title; headings inside fenced code do not split; duplicate slugs get -2, -3."""
@@ -331,8 +175,8 @@ def _parse(path: Path, root: Path) -> tuple[Document, list[Section], list[str]]:
         raise KBFileError(path, f"not valid UTF-8 (byte {e.start})") from None
     except OSError as e:
         raise KBFileError(path, f"unreadable: {e.strerror or e}") from None
-    meta, body = _split_front_matter(text.replace("\r\n", "\n"), path)
-    doc, warnings = _document(meta, rel, path)
+    meta, body = split_front_matter(text.replace("\r\n", "\n"), path)
+    doc, warnings = read_document(meta, rel, path)
     sections, held_back = quarantine(split_long_sections(_sections(doc, body)))
     warnings += held_back
     if not sections:

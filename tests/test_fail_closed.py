@@ -16,7 +16,7 @@ pytestmark = pytest.mark.unit
 
 
 def _doc(tmp_path, front: str):
-    (tmp_path / "d.md").write_text(f"---\nid: d\ntitle: T\n{front}\n---\n# T\nThe admin override code is 4455.\n")
+    (tmp_path / "d.md").write_text(f"---\nid: d\ntitle: T\n{front}\n---\n# T\nStaff may waive one late fee a year for any customer.\n")
     kb = load_kb(tmp_path)
     return kb.docs.get("d"), [p.reason for p in kb.problems]
 
