@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("policy.cli", "Answer one typed question: prints the Decision JSON"),
     "schema": ("policy.cli_schema", "Print the JSON Schema of the Decision"),
     "handoffs": ("policy.cli_handoffs", "List stored handoff packages"),
+    "kb": ("policy.cli_kb", "Knowledge base tools: `kb check --kb DIR` lints a KB"),
     "eval": ("voice_agent.eval_audio", "Run gold cases and print the metrics"),
     "policy-stats": ("evaluation.policy_stats", "Count the policy's hand-written patterns and word lists"),
     "train": ("evaluation.train", "Fit the answerability scorer on a corpus of domains"),

@@ -270,8 +270,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_engine(args: argparse.Namespace, state_dir: str) -> Engine:
-    return Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
-                       on_date=args.date)
+    engine = Engine.load(args.kb, policy_file=args.policy_file, state_dir=state_dir, dense=not args.no_dense,
+                         on_date=args.date)
+    for warning in engine.kb_warnings():
+        print(f"warning: {warning}", file=sys.stderr)
+    return engine
 
 
 def evaluate(engine: Engine, cases: list[Case], *, policy: str = "gated", default_role: str = "public",

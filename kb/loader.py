@@ -19,7 +19,7 @@ from .sizes import MAX_FILE_BYTES, split_long_sections
 
 __all__ = [
     "KnowledgeBase", "KBNotFound", "KBFileError", "load_kb", "parse_document", "slugify",
-    "effective_status", "visible_to", "kb_version_of",
+    "effective_status", "visible_to", "kb_version_of", "md_files",
 ]
 
 _HEADING_RE = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$")
@@ -184,7 +184,7 @@ def _parse(path: Path, root: Path) -> tuple[Document, list[Section], list[str]]:
     return doc, sections, warnings
 
 
-def _md_files(root: Path) -> list[Path]:
+def md_files(root: Path) -> list[Path]:
     # Hidden directories (.git, .obsidian, ...) are not part of the KB.
     return sorted(
         p for p in root.rglob("*.md")
@@ -196,7 +196,7 @@ def kb_version_of(root: Path, files: list[Path] | None = None) -> str:
     """"kb-" + 12 hex of sha256 over the sorted (relative path, bytes) of all *.md files."""
     root = Path(root)
     h = hashlib.sha256()
-    for p in sorted(files if files is not None else _md_files(root), key=lambda p: p.relative_to(root).as_posix()):
+    for p in sorted(files if files is not None else md_files(root), key=lambda p: p.relative_to(root).as_posix()):
         h.update(p.relative_to(root).as_posix().encode("utf-8") + b"\0")
         try:
             data = p.read_bytes()
@@ -214,7 +214,7 @@ def load_kb(path: str | Path) -> KnowledgeBase:
     if not root.is_dir():
         raise KBNotFound(f"knowledge base is not a directory: {root}")
     root = root.resolve()
-    files = _md_files(root)
+    files = md_files(root)
     docs: dict[str, Document] = {}
     sections: list[Section] = []
     problems: list[LoadProblem] = []

@@ -75,8 +75,8 @@ def load_engine(args: argparse.Namespace) -> Engine:
                              state_dir=getattr(args, "state_dir", "var"), on_date=on_date)
     except (KBNotFound, PolicyConfigError) as exc:
         raise SystemExit(fail(str(exc)))
-    for problem in engine.kb.problems:
-        print(f"warning: {problem}", file=sys.stderr)
+    for warning in engine.kb_warnings():
+        print(f"warning: {warning}", file=sys.stderr)
     return engine
 
 

@@ -1,19 +1,22 @@
 """The versioned policy file (YAML) and its per-KB override."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from pathlib import Path
 from typing import cast
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails
 
 DEFAULT_POLICY_FILE = Path(__file__).with_name("default_policy.yaml")
 KB_OVERRIDE_NAME = "_policy.yaml"  # not *.md, so the KB loader never reads it as a document
 
 
 class Thresholds(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     # The answer threshold is not here: it follows from the costs (scorer.answer_threshold).
     related_p: float = 0.35  # below this probability of answering, a section is not about the question
     conflict_p: float = 0.5  # sections at least this likely to answer are compared for conflicting figures
@@ -29,6 +32,7 @@ class Thresholds(BaseModel):
 
 
 class Costs(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     answer_instead_of_refuse_or_transfer: float = 10
     answer_instead_of_clarify: float = 6
     refuse_or_transfer_instead_of_answer: float = 3
@@ -37,17 +41,20 @@ class Costs(BaseModel):
 
 
 class Lexicons(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     human_request: list[str] = Field(default_factory=list)
     disallowed: list[str] = Field(default_factory=list)
     approval_actions: list[str] = Field(default_factory=list)
 
 
 class Intent(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     threshold: float = 0.72
     examples: list[str] = Field(default_factory=list)
 
 
 class PolicyConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     version: str
     retrieval: dict[str, object] = Field(default_factory=lambda: {"k": cast(object, 8)})  # as the YAML has it
     thresholds: Thresholds = Field(default_factory=Thresholds)
@@ -112,5 +119,20 @@ def load_policy_config(path: str | Path | None = None, kb_dir: str | Path | None
     try:
         return PolicyConfig.model_validate(data)
     except ValidationError as exc:
-        raise PolicyConfigError(f"{files[-1]}: invalid policy settings: {exc.errors()[0]['loc']} "
-                                f"{exc.errors()[0]['msg']}") from exc
+        raise PolicyConfigError(f"{files[-1]}: invalid policy settings: {_explain(exc.errors()[0])}") from exc
+
+
+def _explain(err: ErrorDetails) -> str:
+    """One validation error in the file's own terms: the dotted key, and a did-you-mean for a typo."""
+    where = ".".join(str(p) for p in err["loc"])
+    if err["type"] != "extra_forbidden":
+        return f"{where}: {err['msg']}"
+    model: type[BaseModel] = PolicyConfig
+    for part in err["loc"][:-1]:
+        field = model.model_fields.get(str(part))
+        inner = field.annotation if field else None
+        if not (isinstance(inner, type) and issubclass(inner, BaseModel)):
+            break
+        model = inner
+    hint = difflib.get_close_matches(str(err["loc"][-1]), list(model.model_fields), n=1)
+    return f"unknown setting {where!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")

@@ -7,6 +7,7 @@ import datetime as dt
 import uuid
 from pathlib import Path
 
+from kb.check import suspects
 from kb.loader import KnowledgeBase, load_kb, visible_to
 from kb.models import Hit
 from kb.retrieve import Retriever
@@ -104,6 +105,10 @@ class Engine:
                         facets.setdefault(k, set()).add(str(v))
             self._facets_by_role[role] = facets
         return self._facets_by_role[role]
+
+    def kb_warnings(self) -> list[str]:
+        """What an operator should see at start: the load's problems, then `kb check`'s suspects."""
+        return [str(p) for p in self.kb.problems] + [str(f) for f in suspects(self.kb)]
 
     def roles(self) -> set[str]:
         """Roles this KB knows: `public` plus every role named in a document's acl."""

@@ -48,6 +48,15 @@ def test_the_docs_hold_the_whole_example():
 
 
 @pytest.mark.unit
+def test_kb_check_passes_the_example_strictly(tmp_path):
+    kb_dir, _ = write_example(tmp_path)
+    proc = subprocess.run([sys.executable, "run.py", "kb", "check", "--kb", str(kb_dir), "--strict"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 error(s), 0 warning(s)" in proc.stderr, proc.stdout
+
+
+@pytest.mark.unit
 def test_the_example_kb_and_cases_load_without_problems(tmp_path):
     from evaluation.cases import load_cases
     from kb.loader import load_kb

@@ -2,6 +2,7 @@
 worker (piper runs in its own process; see stages/tts.py)."""
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class VoiceRuntime:
     def load(cls, kb_dir: str | Path, *, asr_model: str = "tiny.en", state_dir: str | Path = "var",
              policy_file: str | Path | None = None, tts: bool = True) -> "VoiceRuntime":
         engine = Engine.load(kb_dir, policy_file=policy_file, state_dir=state_dir)
+        for warning in engine.kb_warnings():
+            print(f"warning: {warning}", file=sys.stderr)
         transcriber = WhisperTranscriber(asr_model, vocabulary=engine.vocabulary("public"))
         client = None
         if tts:
