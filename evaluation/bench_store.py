@@ -8,6 +8,7 @@ when `append` returns (the write is durable then). Writes are spaced `--gap-ms` 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from kb.jsontypes import JsonObject
 from kb.measure import percentile, usable_cores
 from policy.store_api import HandoffStore, StoreError
 from policy.store_embedded import EmbeddedStore
+from policy.store_pg_schema import connect, url_with_schema
 from policy.store_select import ENV
 
 DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/test"
@@ -42,8 +44,6 @@ def _package(i: int, run: str) -> JsonObject:
 
 
 def _now_iso() -> str:
-    import datetime as dt  # only for the package's timestamp
-
     return dt.datetime.now(dt.timezone.utc).isoformat()
 
 
@@ -128,7 +128,6 @@ def _pg_url(flag: str | None) -> tuple[str, bool]:
 def _bench_pg(url: str, n: int, gap_s: float) -> JsonObject:
     """In a schema of its own, dropped afterwards: the database's other tables are not touched."""
     from policy.store_pg import PgStore  # lazily: psycopg only when PostgreSQL is measured
-    from policy.store_pg_schema import connect, url_with_schema
 
     schema = f"bench_store_{uuid.uuid4().hex[:10]}"
     with connect(url) as conn:
