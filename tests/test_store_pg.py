@@ -118,3 +118,21 @@ def test_url_helpers():
     assert describe("postgresql://u@h/db") == "postgresql://u@h/db"
     assert (url_with_schema("postgresql://u@h/db?sslmode=disable", "s1")
             == "postgresql://u@h/db?sslmode=disable&options=-csearch_path%3Ds1")
+
+
+@pytest.mark.pg
+@pytest.mark.slow
+def test_the_store_bench_measures_both_stores(pg_server):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "run.py"), "bench", "store", "--n", "5", "--gap-ms", "1",
+                        "--store", pg_server, "--json"], capture_output=True, text=True, cwd=root, timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [r["store"] for r in out["results"]] == ["jsonl", "postgresql"]
+    assert all(r["seen"] == 5 and r["desk_p95_ms"] < 5000 and r["write_p50_ms"] > 0 for r in out["results"])
+    assert out["cores"] >= 1 and len(out["load_average"]) == 3
