@@ -14,7 +14,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("policy.cli", "Answer one typed question: prints the Decision JSON"),
     "schema": ("policy.cli_schema", "Print the JSON Schema of the Decision"),
-    "handoffs": ("policy.cli_handoffs", "List stored handoff packages"),
+    "handoffs": ("policy.cli_handoffs", "The handoff desk: list, follow, claim and close handoffs"),
     "kb": ("policy.cli_kb", "Knowledge base tools: `kb check --kb DIR` lints a KB"),
     "eval": ("voice_agent.eval_audio", "Run gold cases and print the metrics"),
     "policy-stats": ("evaluation.policy_stats", "Count the policy's hand-written patterns and word lists"),
@@ -24,13 +24,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "mic": ("voice_agent.mic", "Talk to the agent through the microphone"),
     "serve": ("voice_agent.transport.server", "Run the websocket server (native + Twilio)"),
     "client": ("voice_agent.client", "Stream a WAV file to a running server"),
-    "bench": ("run", "Benchmarks: retrieval | decide | voice | load"),
+    "bench": ("run", "Benchmarks: retrieval | decide | voice | load | store"),
 }
 BENCHES: dict[str, str] = {
     "retrieval": "kb.bench",  # index build + hybrid query latency at N sections
     "decide": "evaluation.bench_decide",  # retrieval + policy + compose + recheck per turn
     "voice": "voice_agent.bench_voice",  # end of caller speech -> first reply audio
     "load": "voice_agent.bench_load",  # concurrent calls against a local server
+    "store": "evaluation.bench_store",  # handoff write and commit -> desk latency, JSONL vs PostgreSQL
 }
 
 

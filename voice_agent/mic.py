@@ -17,6 +17,8 @@ import numpy as np
 
 from kb.loader import kb_dir_error
 from policy.cli import fail
+from policy.store_api import StoreError
+from policy.store_select import add_store_arg, open_store
 
 from .audio import float_to_pcm16, pcm16_to_float
 from .call import CallConfig, VoiceRuntime
@@ -33,6 +35,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--asr-model", default="tiny.en")
     p.add_argument("--policy", default=None)
     p.add_argument("--state-dir", default="var")
+    add_store_arg(p)
     p.add_argument("--input-device", default=None, help="sounddevice input device (index or name)")
     p.add_argument("--output-device", default=None, help="sounddevice output device (index or name)")
     p.add_argument("--no-barge-in", action="store_true", help="do not stop replies when you talk over them")
@@ -145,8 +148,14 @@ def cli(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy)
+        store = open_store(args.store, args.state_dir)
+    except StoreError as e:
+        return fail(str(e))
+    try:
+        runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy,
+                                    store=store)
     except Exception as e:  # noqa: BLE001
+        store.shutdown()
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
     try:

@@ -13,6 +13,8 @@ import numpy as np
 from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
 from policy.cli import fail
+from policy.store_api import StoreError
+from policy.store_select import add_store_arg, open_store
 
 from .audio import AudioError, float_to_pcm16, pcm16_to_float, resample, write_wav
 from .audio_files import read_audio
@@ -35,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="policy YAML (default: the built-in policy)")
     p.add_argument("--state-dir", default="var", help="where audits and handoffs are stored (default: var)")
     p.add_argument("--json", action="store_true", help="one JSON object per turn, then one with the reply path")
+    add_store_arg(p)
     return p
 
 
@@ -108,8 +111,14 @@ def cli(argv: list[str]) -> int:
         k, v = f.split("=", 1)
         facets[k.strip()] = v.strip()
     try:
-        runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy)
+        store = open_store(args.store, args.state_dir)
+    except StoreError as e:
+        return fail(str(e))
+    try:
+        runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=args.state_dir, policy_file=args.policy,
+                                    store=store)
     except Exception as e:  # noqa: BLE001 - a CLI reports, it does not dump a traceback
+        store.shutdown()
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
     if args.role not in runtime.engine.roles():

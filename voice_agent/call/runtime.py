@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 from policy.engine import Engine
+from policy.store_api import HandoffStore
 
 from ..interfaces import Clock, MonotonicClock, Synthesizer, Transcriber
 from ..stages.asr import Transcriber as WhisperTranscriber
@@ -30,8 +31,9 @@ class VoiceRuntime:
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, asr_model: str = "tiny.en", state_dir: str | Path = "var",
-             policy_file: str | Path | None = None, tts: bool = True) -> "VoiceRuntime":
-        engine = Engine.load(kb_dir, policy_file=policy_file, state_dir=state_dir)
+             policy_file: str | Path | None = None, tts: bool = True,
+             store: HandoffStore | None = None) -> "VoiceRuntime":
+        engine = Engine.load(kb_dir, policy_file=policy_file, state_dir=state_dir, store=store)
         for warning in engine.kb_warnings():
             print(f"warning: {warning}", file=sys.stderr)
         transcriber = WhisperTranscriber(asr_model, vocabulary=engine.vocabulary("public"))
@@ -69,6 +71,7 @@ class VoiceRuntime:
     def close(self) -> None:
         if self.tts is not None:
             self.tts.close()
+        self.engine.store.shutdown()  # a database store's connections
 
 
 def _start_quietly(client: TtsClient) -> None:

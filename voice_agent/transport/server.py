@@ -17,6 +17,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request
 
 from kb.loader import kb_dir_error
+from policy.store_api import HandoffStore, StoreError
+from policy.store_select import add_store_arg, open_store
 from voice_agent.call import VoiceRuntime
 from voice_agent.logs import configure_logging
 from voice_agent.stages.tts import TtsPool
@@ -97,6 +99,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--tts-workers", type=int, default=None,
                     help="piper worker processes shared by all calls (default: one per concurrent call, at most 4)")
     ap.add_argument("--print-schemas", action="store_true", help="print the JSON Schema of every protocol event and exit")
+    add_store_arg(ap)
     return ap.parse_args(argv)
 
 
@@ -113,13 +116,14 @@ def _args_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: int) -> VoiceRuntime | None:
+def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: int,
+                  store: HandoffStore) -> VoiceRuntime | None:
     """The voice runtime with its TTS worker(s); None (after saying why) when it cannot be loaded
     or the config's tokens name roles no document uses."""
     try:
         t0 = time.monotonic()
         runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir,
-                                    policy_file=args.policy, tts=tts_workers == 1)
+                                    policy_file=args.policy, tts=tts_workers == 1, store=store)
         if tts_workers > 1:
             # Concurrent calls: with one worker every reply waits for the whole previous reply
             # to render; a small pool lets replies start in parallel.
@@ -180,7 +184,13 @@ def cli(argv: list[str]) -> int:
         return 2
     configure_logging(logging.INFO)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    runtime = _load_runtime(args, config, tts_workers)
+    try:
+        store = open_store(args.store, args.state_dir)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    runtime = _load_runtime(args, config, tts_workers, store)
     if runtime is None:
+        store.shutdown()
         return 2
     return _serve(args, runtime, config)
