@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import numpy as np
+from websockets.asyncio.client import ClientConnection
 
 from voice_agent.audio import mulaw_encode
 
@@ -100,7 +101,7 @@ class TwilioPeer:
     and marks echoed as Twilio does once the audio before them has played. With `hold_transfer`
     a transfer mark is echoed only when the test calls `play_transfer()`."""
 
-    ws: object
+    ws: ClientConnection
     hold_transfer: bool = False
     stream_sid: str = field(default_factory=lambda: "MZ" + uuid_hex())
     call_sid: str = field(default_factory=lambda: "CA" + uuid_hex())
@@ -157,7 +158,7 @@ class TwilioPeer:
         from websockets.exceptions import ConnectionClosed
 
         try:
-            async for raw in self.ws:  # type: ignore[attr-defined]
+            async for raw in self.ws:
                 m = json.loads(raw)
                 self.messages.append(m)
                 if m.get("event") == "mark":
@@ -174,7 +175,7 @@ class TwilioPeer:
         await self._send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
 
     async def _send(self, msg: dict) -> None:
-        await self.ws.send(json.dumps(msg))  # type: ignore[attr-defined]
+        await self.ws.send(json.dumps(msg))
 
 
 def uuid_hex() -> str:
