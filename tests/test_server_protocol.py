@@ -48,6 +48,7 @@ class FakeCall:
         self.ends = 0
         self.cuts = 0
         self.playing = False
+        self.said: list[str] = []  # fixed messages spoken outside a turn
 
     async def feed_audio(self, pcm16: bytes) -> None:
         self.audio_fed += len(pcm16)
@@ -79,13 +80,22 @@ class FakeCall:
         self.voiced_ms = self.quiet_ms = 0
         await self.q.put(TranscriptEvent(text=text, final=True))
         await asyncio.sleep(self.turn_delay)
-        transfer = "human" in text
+        transfer = "human" in text or text.endswith("a person")
         handoff = Handoff(id="h123", team="billing", summary="wants a human") if transfer else None
         d = Decision(action=Action.transfer if transfer else Action.answer,
                      message="Connecting you." if transfer else f"You said {text}.",
                      reasons=[Reason.human_requested if transfer else Reason.grounded_answer], handoff=handoff,
                      debug={"secret": "x"})
         await self.q.put(DecisionEvent(decision=d))
+        await self._reply()
+        if transfer:
+            await self.q.put(TransferEvent(handoff=handoff))
+
+    async def say(self, text: str) -> None:
+        self.said.append(text)
+        await self._reply()
+
+    async def _reply(self) -> None:
         self.reply_id += 1
         rate = self.config["output_rate"]
         await self.q.put(AudioStart(id=str(self.reply_id), sample_rate=rate, encoding=self.config["output_encoding"]))
@@ -97,8 +107,6 @@ class FakeCall:
         for i in range(0, len(data), 1000):
             await self.q.put(AudioChunk(id=str(self.reply_id), data=data[i : i + 1000]))
         await self.q.put(AudioEnd(id=str(self.reply_id)))
-        if transfer:
-            await self.q.put(TransferEvent(handoff=handoff))
 
     async def events(self):
         while True:
@@ -127,9 +135,10 @@ class Srv:
     def __init__(self, **cfg: Any):
         self.runtime = FakeRuntime(cfg.pop("turn_delay", 0.05))
         self.config = ServerConfig(**{"tokens": {"agent-token": "agent"}, **cfg})
+        self.audit: list[dict] = []  # the server's own records (a list has the sink's `append`)
 
     async def __aenter__(self) -> "Srv":
-        self.state = ServerState(self.runtime, self.config, make_call_config=dict)
+        self.state = ServerState(self.runtime, self.config, make_call_config=dict, audit=self.audit)
         self.server = await open_server(self.state, "127.0.0.1", 0)
         self.port = server_port(self.server)
         return self

@@ -46,6 +46,16 @@ class Replies(CallCore):
             self._emit(TransferEvent(handoff=decision.handoff))
         return first
 
+    async def say(self, text: str) -> None:
+        """Speak a fixed message outside any turn, even after a transfer (the server telling the
+        caller the transfer could not reach a person). No decision, nothing recorded."""
+        if self._closed:
+            return
+        try:
+            await self._speak(text)
+        except TtsUnavailable as e:
+            self._emit(ErrorEvent(code="tts_unavailable", message=f"text to speech failed: {e}"))
+
     def _tts_transfer(self, decision: Decision, question: str) -> Decision:
         team = (decision.handoff.team if decision.handoff else None) or self.runtime.engine.config.default_team
         message = TTS_FAILED_MESSAGE.format(team=team.replace("_", " "))

@@ -6,16 +6,21 @@ Loaded from a small YAML file (`fixtures/server.yaml` is the committed example):
       secret-agent-token: agent
     max_calls: 4
     max_frame_bytes: 65536
+    twilio: {...}            # optional: where transfers ring (see twilio_config.py)
 
 Every field has a documented default, so an empty file (or no file) is a valid config with no
 tokens: every caller is `public`, and any token a client sends is rejected as unknown.
 """
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from .twilio_config import TwilioConfig, with_environment
 
 __all__ = ["ServerConfig", "ServerConfigError", "load_server_config", "DEFAULT_CONFIG_FILE"]
 
@@ -54,6 +59,8 @@ class ServerConfig(BaseModel):
     end_silence_ms: int = Field(500, ge=100, le=5000)
     sample_rates: list[int] = Field(default_factory=lambda: [8000, 16000, 22050, 24000, 32000, 44100, 48000])
     drain_timeout_s: float = Field(20.0, gt=0, description="how long shutdown waits for in-flight turns")
+    twilio: TwilioConfig | None = Field(None, description="REST credentials and team destinations; without "
+                                        "it a Twilio transfer is only a mark and the call is not redirected")
 
     @field_validator("tokens")
     @classmethod
@@ -70,8 +77,9 @@ class ServerConfig(BaseModel):
         return self.tokens.get(token)
 
 
-def load_server_config(path: str | Path | None) -> ServerConfig:
-    """Read a server config. `path=None` reads `server.yaml` if it exists, else the defaults."""
+def load_server_config(path: str | Path | None, env: Mapping[str, str] | None = None) -> ServerConfig:
+    """Read a server config. `path=None` reads `server.yaml` if it exists, else the defaults.
+    `env` (default: the process environment) supplies the Twilio credentials; it wins over the file."""
     if path is None:
         p = Path(DEFAULT_CONFIG_FILE)
         if not p.exists():
@@ -93,8 +101,24 @@ def load_server_config(path: str | Path | None) -> ServerConfig:
     if not isinstance(data, dict):
         raise ServerConfigError(f"{p}: expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return ServerConfig.model_validate(data)
+        cfg = ServerConfig.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        raise ServerConfigError(f"{p}: {where}: {first['msg']}") from None
+        raise ServerConfigError(f"{p}: {_first_error(e)}") from None
+    if cfg.twilio is not None:
+        try:
+            cfg.twilio = with_environment(cfg.twilio, os.environ if env is None else env)
+        except ValidationError as e:  # a value the environment gave
+            raise ServerConfigError(f"{p}: twilio (with the environment's TWILIO_*): {_first_error(e)}") from None
+        except ValueError as e:  # credentials missing from both the file and the environment
+            raise ServerConfigError(f"{p}: twilio: {e}") from None
+    return cfg
+
+
+def _first_error(e: ValidationError) -> str:
+    first = e.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or "(top level)"
+    return f"{where}: {_message(first['msg'])}"
+
+
+def _message(msg: str) -> str:
+    return msg.removeprefix("Value error, ")  # pydantic's prefix for a validator's own message

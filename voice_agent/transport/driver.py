@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from websockets.exceptions import ConnectionClosed
 
@@ -17,6 +18,15 @@ from .metrics import ServerMetrics
 from .state import LOG, log_event
 
 Emit = Callable[[CallEvent], Awaitable[None]]  # one call event onto the wire
+
+
+class SideWork(Protocol):
+    """Work a wire runs beside the call (the Twilio hand-over to a person): it keeps the call busy
+    until done, so a stop or a shutdown waits for it, and it is closed with the call."""
+
+    def busy(self) -> bool: ...
+
+    async def close(self) -> None: ...
 
 
 class CallDriver:
@@ -43,6 +53,7 @@ class CallDriver:
         self.quiet_s = 0.0
         self.end_silence_ms = 500
         self.speech_pending = False  # caller speech not transcribed yet
+        self.side: list[SideWork] = []
         self._task: asyncio.Task | None = None
         self._text_tasks: set[asyncio.Task] = set()
         self._text_lock = asyncio.Lock()
@@ -117,7 +128,8 @@ class CallDriver:
                 self.turns_pending = max(0, self.turns_pending - 1)
 
     def busy(self) -> bool:
-        return bool(self.audio_open) or self.turns_pending > 0 or self.transfer_pending
+        return (bool(self.audio_open) or self.turns_pending > 0 or self.transfer_pending
+                or any(s.busy() for s in self.side))
 
     async def drain(self, timeout: float) -> bool:
         """Finish what is in flight: flush the endpointer, wait for the last turn's decision,
@@ -146,6 +158,11 @@ class CallDriver:
         """Close the call and stop the pump; bounded so a stuck worker cannot hold the server."""
         for t in list(self._text_tasks):
             t.cancel()
+        for s in self.side:
+            try:
+                await s.close()  # bounded by the work itself (the hand-over's REST timeout)
+            except Exception:
+                LOG.exception("side work failed to close (session %s)", self.session)
         try:
             await asyncio.wait_for(self.call.close(), 5.0)
         except Exception:

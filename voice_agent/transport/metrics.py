@@ -1,6 +1,7 @@
 """Prometheus metrics of one server process (`GET /metrics`): calls active and admitted, busy
-rejections, decided turns by action and by reason, call errors by code, and stage latencies from
-each decision's timings. One registry per server, so tests and several servers never share one."""
+rejections, decided turns by action and by reason, call errors by code, Twilio transfers by outcome,
+and stage latencies from each decision's timings. One registry per server, so tests and several
+servers never share one."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -31,6 +32,8 @@ class ServerMetrics:
         self.turns = Counter("voice_agent_turns", "Decided turns by action", ["action"], registry=r)
         self.reasons = Counter("voice_agent_turn_reasons", "Reason codes of decided turns", ["reason"], registry=r)
         self.errors = Counter("voice_agent_call_errors", "Errors a call reported, by code", ["code"], registry=r)
+        self.redirects = Counter("voice_agent_transfer_redirects", "Twilio transfers by outcome (redirected, "
+                                 "failed, stream_ended, not_configured)", ["outcome"], registry=r)
         self.stage = Histogram("voice_agent_stage_seconds", "Latency of each stage of a turn", ["stage"],
                                buckets=BUCKETS, registry=r)
 

@@ -128,10 +128,8 @@ def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: i
             # Concurrent calls: with one worker every reply waits for the whole previous reply
             # to render; a small pool lets replies start in parallel.
             runtime.tts = TtsPool(tts_workers).start()
-        unknown = sorted(set(config.tokens.values()) - runtime.engine.roles())
-        if unknown:
-            print(f"error: {args.config or 'server config'}: token role(s) {', '.join(unknown)} not used by any "
-                  f"document of {args.kb} (known: {', '.join(sorted(runtime.engine.roles()))})", file=sys.stderr)
+        if problem := _config_vs_kb(config, runtime, args.kb):
+            print(f"error: {args.config or 'server config'}: {problem}", file=sys.stderr)
             return None
         log_event("runtime_loaded", seconds=round(time.monotonic() - t0, 2), kb=args.kb, tts_workers=tts_workers)
     except Exception as e:  # a bad KB, a missing model package: one actionable line, no traceback
@@ -140,10 +138,24 @@ def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: i
     return runtime
 
 
+def _config_vs_kb(config: ServerConfig, runtime: VoiceRuntime, kb: str) -> str | None:
+    """Token roles and Twilio teams the KB does not know: a typo would fail only on a live call."""
+    engine = runtime.engine
+    unknown = sorted(set(config.tokens.values()) - engine.roles())
+    if unknown:
+        return (f"token role(s) {', '.join(unknown)} not used by any document of {kb} "
+                f"(known: {', '.join(sorted(engine.roles()))})")
+    teams = {engine.config.default_team} | {t for role in engine.roles() for t in engine.teams(role)}
+    unknown = sorted(set(config.twilio.teams) - teams) if config.twilio else []
+    if unknown:
+        return f"twilio.teams: {', '.join(unknown)} not a handoff team of {kb} (known: {', '.join(sorted(teams))})"
+    return None
+
+
 def _serve(args: argparse.Namespace, runtime: VoiceRuntime, config: ServerConfig) -> int:
     """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
-        state = ServerState(runtime, config, asr_model=args.asr_model)
+        state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit)
         try:
             return await run_until_signal(state, args.host, args.port)
         except OSError as e:

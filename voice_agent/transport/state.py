@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import Literal, Protocol
 
 from voice_agent.call import CallConfig
@@ -31,6 +32,13 @@ def log_event(event: str, **fields: object) -> None:
     LOG.info(event, extra=event_fields(event, fields))
 
 
+class AuditSink(Protocol):
+    """Where server-side outcomes of a call are recorded beside the policy's own audit lines
+    (the engine's `audit` JsonlStore in `run.py serve`)."""
+
+    def append(self, record: Mapping[str, object]) -> None: ...
+
+
 class CallConfigFactory(Protocol):
     """Builds a call's config from the server's settings (`default_call_config`; tests swap it)."""
 
@@ -45,12 +53,13 @@ def default_call_config(*, end_silence_ms: int, max_turn_s: float, asr_model: st
 
 
 class ServerState:
-    """Process-wide: config, warm runtime, the call counter and the shutdown flag."""
+    """Process-wide: config, warm runtime, the call counter, the shutdown flag and the audit."""
 
     def __init__(self, runtime: CallRuntime, config: ServerConfig, *, asr_model: str = "tiny.en",
-                 make_call_config: CallConfigFactory | None = None):
+                 make_call_config: CallConfigFactory | None = None, audit: AuditSink | None = None):
         self.runtime = runtime
         self.config = config
+        self.audit = audit
         self.asr_model = asr_model
         self.make_call_config: CallConfigFactory = make_call_config or default_call_config
         self.active = 0

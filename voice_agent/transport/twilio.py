@@ -5,7 +5,9 @@ Inbound (Twilio → us): `connected`, `start` (streamSid, callSid, mediaFormat, 
 `dtmf`, `stop`. Outbound (us → Twilio): `media`, `mark`, `clear`; nothing else, since Twilio
 rejects messages it does not know. So decisions and transcripts go to the server log only, and
 a transfer is a `mark` named `transfer:<handoff id>` sent after the spoken message's media (the
-package is already stored: the engine writes it before the decision exists).
+package is already stored: the engine writes it before the decision exists). When that mark
+has played, `twilio_transfer.PhoneTransfer` moves the live call to the team's person through
+the REST API (the server config's `twilio:` section). Key 0 on the keypad asks for a person.
 
 Caller identity comes from the TwiML `<Parameter>`s of `<Stream>`: `token` (→ role, as on the
 native endpoint) and any other parameter as a caller facet (e.g. `customer_type`).
@@ -25,6 +27,7 @@ from websockets.asyncio.server import ServerConnection
 from websockets.typing import Data
 
 from kb.jsontypes import JsonObject
+from policy.decision import Handoff
 from voice_agent.call import CallEvent
 
 from ..audio import mulaw_decode
@@ -33,14 +36,18 @@ from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before
 from .driver import AudioGate, CallDriver
 from .protocol import ProtocolError, json_object
 from .state import Fatal, ServerState, log_event
+from .twilio_transfer import PhoneTransfer
 
 __all__ = [
     "MediaFormat", "StartInfo", "TwilioStart", "TwilioMedia", "TwilioMark", "TwilioDtmf", "TwilioStop",
     "TwilioConnected", "parse_twilio", "media_message", "mark_message", "clear_message",
-    "FRAME_BYTES", "handle_twilio",
+    "FRAME_BYTES", "DTMF_HUMAN_KEY", "DTMF_HUMAN_REQUEST", "handle_twilio",
 ]
 
 FRAME_BYTES = 160  # 20 ms of μ-law at 8 kHz: the frame size Twilio itself sends
+# Key 0 is a typed turn in words the policy's human-request patterns read (policy/default_policy.yaml),
+# so it is decided, recorded and transferred (with its package) like a spoken request.
+DTMF_HUMAN_KEY, DTMF_HUMAN_REQUEST = "0", "I want to talk to a person"
 CountError = Callable[[ProtocolError], None]  # logs a protocol error; raises Fatal past the limit
 
 
@@ -153,11 +160,17 @@ class TwilioWire:
     """CallEvents → Twilio outbound messages. Reply audio is μ-law 8 kHz in 20 ms frames, each
     reply closed by a mark named `reply:<id>`; a transfer mark follows the reply's media."""
 
-    def __init__(self, ws: ServerConnection, stream_sid: str):
+    def __init__(self, ws: ServerConnection, stream_sid: str, transfer: PhoneTransfer):
         self.ws = ws
         self.sid = stream_sid
-        self.gate = AudioGate(lambda handoff: self.ws.send(mark_message(self.sid, f"transfer:{handoff.id}")))
+        self.transfer = transfer
+        self.gate = AudioGate(self._transfer)
         self._rest = b""  # μ-law bytes short of a whole frame
+
+    async def _transfer(self, handoff: Handoff) -> None:
+        """After the spoken message: the mark, then the hand-over (which waits for its echo)."""
+        await self.ws.send(mark_message(self.sid, f"transfer:{handoff.id}"))
+        self.transfer.begin(handoff)
 
     async def emit(self, ev: CallEvent) -> None:
         if ev.type == "audio_start":
@@ -207,14 +220,16 @@ async def handle_twilio(ws: ServerConnection, state: ServerState) -> None:
         nonlocal session
         session = conn.session
         start = await _await_twilio_start(ws, state, count_error)
-        driver = conn.driver = _new_driver(ws, state, conn, start)
+        driver, transfer = _new_driver(ws, state, conn, start)
+        conn.driver = driver
         driver.start()
-        return _message_handler(driver, state.config, count_error)
+        return _message_handler(driver, transfer, state.config, count_error)
 
     await serve_connection(ws, state, "twilio", report, open_call)
 
 
-def _new_driver(ws: ServerConnection, state: ServerState, conn: Connection, start: TwilioStart) -> CallDriver:
+def _new_driver(ws: ServerConnection, state: ServerState, conn: Connection,
+                start: TwilioStart) -> tuple[CallDriver, PhoneTransfer]:
     cfg, info = state.config, start.start
     params = {str(k): str(v) for k, v in info.customParameters.items()}
     role = cfg.role_for(params.pop("token", None))
@@ -227,14 +242,18 @@ def _new_driver(ws: ServerConnection, state: ServerState, conn: Connection, star
     sid = start.streamSid or info.streamSid
     call = state.runtime.new_call(role=role, facets=params,
                                   config=state.call_config(input_rate=8000, output_rate=8000, output_encoding="mulaw"))
-    driver = CallDriver(call, TwilioWire(ws, sid).emit, conn.session, "twilio", state.metrics)
+    transfer = PhoneTransfer(cfg.twilio, info.callSid, conn.session, call.say, state.audit,
+                             lambda outcome: state.metrics.redirects.labels(outcome).inc())
+    driver = CallDriver(call, TwilioWire(ws, sid, transfer).emit, conn.session, "twilio", state.metrics)
+    driver.side.append(transfer)
     driver.end_silence_ms = cfg.end_silence_ms
     log_event("call_start", session=conn.session, endpoint="twilio", role=role, facets=sorted(params),
               stream_sid=sid, call_sid=info.callSid, active=state.active)
-    return driver
+    return driver, transfer
 
 
-def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: CountError) -> OnMessage:
+def _message_handler(driver: CallDriver, transfer: PhoneTransfer, cfg: ServerConfig,
+                     count_error: CountError) -> OnMessage:
     turn_limit_bytes = int(cfg.max_turn_s * 8000 * 2)
 
     async def report_cut(code: str, message: str) -> None:
@@ -246,13 +265,18 @@ def _message_handler(driver: CallDriver, cfg: ServerConfig, count_error: CountEr
             if isinstance(ev, TwilioMedia):
                 if ev.media.track in ("inbound", "inbound_track"):
                     await feed_with_turn_limit(driver, _pcm_of(ev), 8000, turn_limit_bytes, report_cut)
+            elif isinstance(ev, TwilioMark):
+                transfer.mark_played(ev.mark.name)  # playback reached it; only a transfer waits on it
             elif isinstance(ev, TwilioStop):
+                transfer.stream_stopped()  # the call has ended (or already moved): never redirect it now
                 return "stop"
             elif isinstance(ev, TwilioDtmf):
-                log_event("dtmf", session=driver.session, digit=ev.dtmf.digit)
+                human = ev.dtmf.digit == DTMF_HUMAN_KEY and not driver.transferred
+                log_event("dtmf", session=driver.session, digit=ev.dtmf.digit, human_request=human)
+                if human:
+                    driver.submit_text(DTMF_HUMAN_REQUEST)
             elif isinstance(ev, TwilioStart):
                 raise ProtocolError("already_started", "a second start on this stream")
-            # TwilioMark: playback reached one of our marks; nothing server-side waits on it
             return None
         except ProtocolError as e:
             count_error(e)
