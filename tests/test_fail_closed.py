@@ -43,6 +43,7 @@ def test_yaml_anchors_are_refused_before_they_expand(tmp_path):
     assert doc is not None
 
 
+@pytest.mark.chaos
 def test_a_torn_last_line_never_swallows_the_next_record(tmp_path):
     store = JsonlStore(tmp_path / "handoffs.jsonl", fsync=False)
     for i in range(10):

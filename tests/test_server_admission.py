@@ -58,6 +58,7 @@ async def _start(ws, token: str | None = None) -> dict:
     return await recv_json(ws)
 
 
+@pytest.mark.chaos
 def test_token_guessing_is_slowed_and_honest_callers_still_get_in():
     """A guesser on one address gets its wrong tokens looked at 4 times, then `rate_limited`
     without its token being looked at; a caller on another address is admitted meanwhile."""

@@ -203,6 +203,7 @@ def test_sigterm_finishes_the_turn_in_flight_and_exits_0(tmp_path):
     assert '"event": "shutdown"' in log and '"event": "stopped"' in log
 
 
+@pytest.mark.chaos
 def test_bench_load_reports_busy_past_capacity():
     r = subprocess.run([sys.executable, str(ROOT / "run.py"), "bench", "load", "--calls", "3", "--max-calls", "2",
                         "--json", "--stagger-ms", "200"], capture_output=True, text=True, timeout=300, cwd=ROOT)

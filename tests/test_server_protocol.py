@@ -392,6 +392,7 @@ def test_frame_too_large_and_oversize_close():
     run(go())
 
 
+@pytest.mark.chaos
 def test_busy_past_max_calls_then_slot_is_freed():
     async def go():
         async with Srv(max_calls=2) as s:
@@ -414,6 +415,7 @@ def test_busy_past_max_calls_then_slot_is_freed():
     run(go())
 
 
+@pytest.mark.chaos
 def test_silent_squatters_are_closed_and_real_calls_get_in():
     """Ten connections that send `start` and then nothing cannot hold the call slots: each is
     closed with `idle_timeout` once it has been silent for idle_timeout_s, and every real call

@@ -55,12 +55,25 @@ class ServerConfig(BaseModel):
                                        "(it doubles from 1 s)")
     trusted_proxies: list[str] = Field(default_factory=list, description="addresses whose X-Forwarded-For "
                                        "is believed")
+    desk_roles: list[str] = Field(default_factory=lambda: ["agent"], description="token roles that may read "
+                                  "GET /v1/handoffs")
+    webhook_url: str | None = Field(None, description="POSTed a JSON body for each new handoff")
+    webhook_secret: str | None = Field(None, description="HMAC-SHA256 key signing the webhook body "
+                                       "(env VOICE_AGENT_WEBHOOK_SECRET wins)")
+    webhook_retries: int = Field(3, ge=0, le=10, description="retries of a failed webhook delivery")
     max_protocol_errors: int = Field(20, ge=1, description="bad events tolerated before closing")
     end_silence_ms: int = Field(500, ge=100, le=5000)
     sample_rates: list[int] = Field(default_factory=lambda: [8000, 16000, 22050, 24000, 32000, 44100, 48000])
     drain_timeout_s: float = Field(20.0, gt=0, description="how long shutdown waits for in-flight turns")
     twilio: TwilioConfig | None = Field(None, description="REST credentials and team destinations; without "
                                         "it a Twilio transfer is only a mark and the call is not redirected")
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _http_url(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        return v
 
     @field_validator("tokens")
     @classmethod

@@ -57,6 +57,9 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
         if conn.driver is None:
             raise RuntimeError(f"{endpoint}: open_call returned without a call")
         state.addresses.token_ok(addr)
+        if state.webhook is not None:
+            webhook, session = state.webhook, conn.session
+            conn.driver.on_handoff = lambda h: webhook.notify(h, session)
         how = await supervise(ws, state, conn.driver, on_message)
         await finish(ws, state, conn.driver, how, report)
     except Fatal as f:

@@ -54,6 +54,7 @@ class CallDriver:
         self.end_silence_ms = 500
         self.speech_pending = False  # caller speech not transcribed yet
         self.side: list[SideWork] = []
+        self.on_handoff: Callable[[Handoff], None] | None = None  # the desk's webhook, set by the server
         self._task: asyncio.Task | None = None
         self._text_tasks: set[asyncio.Task] = set()
         self._text_lock = asyncio.Lock()
@@ -81,6 +82,8 @@ class CallDriver:
                     self.decisions += 1
                     d = ev.decision
                     self.transfer_pending = d.action == Action.transfer and d.handoff is not None
+                    if d.handoff is not None and self.on_handoff is not None:
+                        self.on_handoff(d.handoff)  # committed by the policy before this decision
                     if self.metrics is not None:
                         self.metrics.decision(d, ev.timings_ms)
                     log_event("decision", session=self.session, endpoint=self.endpoint,

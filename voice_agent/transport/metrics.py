@@ -29,6 +29,8 @@ class ServerMetrics:
                             ["endpoint"], registry=r)
         self.refused = Counter("voice_agent_address_refusals", "Connections refused by a per-address limit",
                                ["code"], registry=r)
+        self.webhooks = Counter("voice_agent_webhook_deliveries", "Handoff webhook deliveries by outcome",
+                                ["outcome"], registry=r)
         self.turns = Counter("voice_agent_turns", "Decided turns by action", ["action"], registry=r)
         self.reasons = Counter("voice_agent_turn_reasons", "Reason codes of decided turns", ["reason"], registry=r)
         self.errors = Counter("voice_agent_call_errors", "Errors a call reported, by code", ["code"], registry=r)

@@ -1,15 +1,17 @@
-"""The HTTP side of the server: the browser page and its scripts, the health probe, and 404s;
-websocket paths pass through to the handshake."""
+"""The HTTP side of the server: the browser page and its scripts, the health probes, /metrics,
+the handoff desk (`/v1/handoffs`) and 404s; websocket paths pass through to the handshake."""
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from websockets.asyncio.server import ServerConnection
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
+from .desk_http import list_handoffs
 from .metrics import CONTENT_TYPE_LATEST
 from .protocol import PROTOCOL_VERSION
 from .state import ServerState
@@ -24,7 +26,10 @@ WEB_FILES = {  # path -> (file, content type); no build step, no CDN
 WS_PATHS = ("/v1/call", "/twilio")
 
 
-def process_request_for(state: ServerState) -> Callable[[ServerConnection, Request], Response | None]:
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 503: "Service Unavailable"}
+
+
+def process_request_for(state: ServerState) -> Callable[[ServerConnection, Request], Awaitable[Response | None]]:
     def respond(status: int, reason: str, body: bytes, ctype: str) -> Response:
         headers = Headers([("Content-Type", ctype), ("Content-Length", str(len(body))),
                            ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
@@ -41,10 +46,14 @@ def process_request_for(state: ServerState) -> Callable[[ServerConnection, Reque
             return respond(200, "OK", body, "application/json")
         return respond(503, "Service Unavailable", body, "application/json")
 
-    def process_request(connection: ServerConnection, request: Request) -> Response | None:
+    async def process_request(connection: ServerConnection, request: Request) -> Response | None:
         path = request.path.split("?", 1)[0]
         if path in WS_PATHS:
             return None  # websocket handshake (websockets answers 426 to a plain GET)
+        if path == "/v1/handoffs":  # the store may be a database: off the event loop
+            ans = await asyncio.to_thread(list_handoffs, state.store, state.config, request.path,
+                                          request.headers.get("Authorization"))
+            return respond(ans.status, _REASONS.get(ans.status, "Error"), ans.body, "application/json")
         if path in ("/healthz", "/readyz", "/livez"):
             return health(path)
         if path == "/metrics":
@@ -56,6 +65,7 @@ def process_request_for(state: ServerState) -> Callable[[ServerConnection, Reque
             except OSError:
                 return respond(500, "Internal Server Error", f"missing {name}\n".encode(), "text/plain")
             return respond(200, "OK", body, ctype)
-        return respond(404, "Not Found", f"no route {path}; try /, /v1/call, /twilio\n".encode(), "text/plain")
+        return respond(404, "Not Found", f"no route {path}; try /, /v1/call, /twilio, /v1/handoffs\n".encode(),
+                       "text/plain")
 
     return process_request

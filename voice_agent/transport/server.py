@@ -82,6 +82,8 @@ async def run_until_signal(state: ServerState, host: str, port: int) -> int:
         await asyncio.wait_for(server.wait_closed(), state.config.drain_timeout_s + 5)
     except asyncio.TimeoutError:
         LOG.warning("shutdown: connections still open after the drain timeout; closing them")
+    if state.webhook is not None:
+        await state.webhook.flush(5.0)  # the last transfers' desk notifications
     log_event("stopped", calls_total=state.calls_total, busy_total=state.busy_total)
     return 0
 
@@ -155,7 +157,8 @@ def _config_vs_kb(config: ServerConfig, runtime: VoiceRuntime, kb: str) -> str |
 def _serve(args: argparse.Namespace, runtime: VoiceRuntime, config: ServerConfig) -> int:
     """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
-        state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit)
+        state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit,
+                            store=runtime.engine.store)
         try:
             return await run_until_signal(state, args.host, args.port)
         except OSError as e:

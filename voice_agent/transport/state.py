@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Mapping
 from typing import Literal, Protocol
@@ -11,10 +12,13 @@ from typing import Literal, Protocol
 from voice_agent.call import CallConfig
 from voice_agent.interfaces import CallRuntime
 
+from policy.store_api import HandoffStore
+
 from .admission import AddressGuard, AddressLimits
 from .config import ServerConfig
 from ..logs import event_fields
 from .metrics import ServerMetrics
+from .webhook import WebhookSender
 
 LOG = logging.getLogger("voice_agent.server")
 
@@ -56,10 +60,12 @@ class ServerState:
     """Process-wide: config, warm runtime, the call counter, the shutdown flag and the audit."""
 
     def __init__(self, runtime: CallRuntime, config: ServerConfig, *, asr_model: str = "tiny.en",
-                 make_call_config: CallConfigFactory | None = None, audit: AuditSink | None = None):
+                 make_call_config: CallConfigFactory | None = None, audit: AuditSink | None = None,
+                 store: HandoffStore | None = None):
         self.runtime = runtime
         self.config = config
         self.audit = audit
+        self.store = store  # the handoff desk's source (GET /v1/handoffs)
         self.asr_model = asr_model
         self.make_call_config: CallConfigFactory = make_call_config or default_call_config
         self.active = 0
@@ -68,6 +74,12 @@ class ServerState:
         self.calls_total = 0
         self.busy_total = 0
         self.metrics = ServerMetrics(active=lambda: self.active)
+        self.webhook: WebhookSender | None = None
+        if config.webhook_url:
+            self.webhook = WebhookSender(config.webhook_url, retries=config.webhook_retries,
+                                         secret=os.environ.get("VOICE_AGENT_WEBHOOK_SECRET") or config.webhook_secret,
+                                         on_outcome=lambda o: self.metrics.webhooks.labels(o).inc(),
+                                         log=log_event)
         self.addresses = AddressGuard(AddressLimits(
             max_calls=config.max_calls_per_address, connects_per_minute=config.connects_per_minute_per_address,
             token_failures_free=config.token_failures_free, token_backoff_max_s=config.token_backoff_max_s))
