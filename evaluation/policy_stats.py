@@ -20,7 +20,8 @@ import yaml
 
 # Modules under policy/ that do not decide a turn: the contract, evaluation and plumbing.
 NOT_POLICY = {"decision.py", "cases.py", "metrics.py", "evaluate.py", "calibrate.py", "baselines.py", "bench.py",
-              "store.py", "config.py", "cli.py", "cli_schema.py", "cli_handoffs.py"}
+              "store.py", "config.py", "cli.py", "cli_schema.py", "cli_handoffs.py", "cli_kb.py", "store_api.py",
+              "store_embedded.py", "store_pg.py", "store_pg_schema.py", "store_select.py"}
 _RE_FUNCS = {"compile", "search", "match", "fullmatch", "sub", "subn", "split", "findall", "finditer"}
 _RE_SYNTAX = ("\\b", "\\s", "\\d", "\\w", "(?", "[^", ")?", "|")
 
