@@ -146,3 +146,12 @@ def test_a_refusal_quotes_the_caller_bounded_and_without_control_characters():
     q = topic_phrase("hi, what is\x00 the\x1b[31m late fee " + "x" * 500 + " \u202e for cheques?" + " more" * 50)
     assert not any(ord(c) < 32 or c == "\u202e" for c in q)
     assert len(q) < 200 and q.startswith('"what is the') and "xxx..." in q
+
+
+@pytest.mark.unit
+def test_log_fields_are_bounded():
+    from voice_agent.logs import event_fields
+
+    f = event_fields("transcript", {"text": "x" * 5000, "ids": list(range(200)), "note": "short", "n": 3})
+    assert len(f["text"]) < 600 and f["text"].endswith("(+4500 chars)")
+    assert len(f["ids"]) == 51 and f["ids"][-1] == "…(+150 items)" and f["note"] == "short" and f["n"] == 3
