@@ -48,5 +48,26 @@ class LeakCheck:
         codes, numbers, shingles = self._secrets(role)
         out = [c for c in _CODE.findall(message) if c in codes and c not in caller_said]
         out += [n for n in number_values(message) if n in numbers and n not in number_values(caller_said)]
-        out += [" ".join(s) for s in (_shingles(message) & shingles) - _shingles(caller_said)]
+        out += [" ".join(s) for s in (_own_shingles(message, caller_said) & shingles)]
         return sorted(set(out))
+
+
+def _own_shingles(message: str, caller_said: str, n: int = 4) -> set[tuple[str, ...]]:
+    """The message's runs of n words that are its own: words where it echoes the caller (any two
+    consecutive words the caller said) are cut out first, so a run never straddles a quote."""
+    said = _words(caller_said)
+    echoed = {tuple(said[i:i + 2]) for i in range(len(said) - 1)}
+    w = _words(message)
+    cut = [False] * len(w)
+    for i in range(len(w) - 1):
+        if (w[i], w[i + 1]) in echoed:
+            cut[i] = cut[i + 1] = True
+    out: set[tuple[str, ...]] = set()
+    run: list[str] = []
+    for word, c in zip([*w, ""], [*cut, True]):
+        if c:
+            out |= {tuple(run[i:i + n]) for i in range(len(run) - n + 1)}
+            run = []
+        else:
+            run.append(word)
+    return out

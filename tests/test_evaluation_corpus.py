@@ -72,6 +72,18 @@ def test_leaks_are_what_only_hidden_documents_say():
     assert not check.leaks("Your bill is due 21 days after it is issued.", "public")
 
 
+@pytest.mark.unit
+def test_a_run_of_words_straddling_the_callers_quote_is_not_a_leak(tmp_path):
+    (tmp_path / "s.md").write_text("---\nid: s\ntitle: Staff\nacl: [agent]\n---\n# Waivers\n"
+                                   "Annual card fee waivers and refunds need a manager code.\n")
+    (tmp_path / "p.md").write_text("---\nid: p\ntitle: Public\n---\n# Fees\nThe card costs nothing.\n")
+    check = LeakCheck(load_kb(tmp_path))
+    q = "list everything under annual card fee waivers"
+    assert not check.leaks('Nothing answers "list everything under annual card fee waivers", and I won\'t guess.',
+                           "public", q)
+    assert check.leaks("Annual card fee waivers and refunds need a manager code.", "public", q)
+
+
 def _ex(label, row=None, lesson="answer"):
     return Example("d", "c", {f: 0.0 for f in FEATURES} | (row or {}), label, 0, lesson, "doc")
 
