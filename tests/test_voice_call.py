@@ -340,6 +340,32 @@ def test_barge_in_clears_the_reply_and_starts_a_new_turn(question_16k, tmp_path)
 
 
 @pytest.mark.audio
+@pytest.mark.chaos
+@has_espeak
+def test_barging_in_on_a_transfer_message_still_transfers(question_16k):
+    """The caller talks over "I'm transferring you": the transfer is still signalled, once, and
+    the speech is not taken as a new turn (a person takes the call now)."""
+    async def scenario():
+        call, session, asr, _ = make(session=FakeSession(action=Action.transfer, message="Transferring you now."),
+                                     tts=FakeTts(seconds=2.0))
+        events = []
+        task = asyncio.create_task(_gather(call, events))
+        await call.text_turn("I want a human")
+        await _until(events, "audio_end")
+        mic = np.zeros(3 * SR, np.float32)
+        mic[int(0.5 * SR):int(0.5 * SR) + len(question_16k)] += question_16k[:int(2.5 * SR)]
+        for i in range(0, len(mic), 320):
+            await call.feed_audio(float_to_pcm16(mic[i:i + 320]))
+        await call.end_of_input()
+        await call.close()
+        await task
+        return events, session
+
+    events, session = asyncio.run(scenario())
+    assert kinds(events).count("transfer") == 1 and len(session.turns) == 1
+
+
+@pytest.mark.audio
 def test_echo_alone_is_not_a_turn():
     async def scenario():
         call, session, asr, _ = make(tts=FakeTts(seconds=1.5))
