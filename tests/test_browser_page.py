@@ -129,7 +129,8 @@ def test_spoken_turn_in_the_console(server, tmp_path):
     assert first["action"] == "answer" and "121" in first["message"], first
     assert "Voicemail setup — Setting up voicemail" in first["citations"], first
     h = state["history"]
-    assert h.index("listening") < h.index("thinking") < h.index("speaking"), h
+    # thinking lasts until the reply is heard: no "listening" flash between the decision and its audio
+    assert h.index("listening") < h.index("thinking") and h[h.index("thinking") + 1] == "speaking", h
     assert state["peak"] >= 20, state["peak"]  # the meter follows the spoken question
     _no_reason_codes(state)
     _badges_painted(Path(state["png"]), state)

@@ -13,12 +13,21 @@ const $ = (id) => document.getElementById(id);
 let ws = null, ctx = null, mic = null, node = null, playHead = 0, sources = [], replyRate = RATE;
 // What the indicator is derived from: a turn waiting for its decision, reply audio playing, a hand-over.
 let inFlight = 0, transferred = false;
+// Every decision is spoken; until its first audio frame (a few hundred ms of TTS) the agent is still
+// "thinking", not "listening": without this the indicator would flash "listening" on every reply.
+let replyDue = null;
+const REPLY_WAIT_MS = 3000;   // a reply whose audio never comes (TTS failure) stops holding "thinking"
+
+function awaitReply(on) {
+  clearTimeout(replyDue);
+  replyDue = on ? setTimeout(() => { replyDue = null; settle(); }, REPLY_WAIT_MS) : null;
+}
 
 // transferred > thinking > speaking > listening: the newest thing the caller did wins, so a turn
 // typed while the last reply still plays shows "thinking" until its decision arrives.
 function settle() {
   if (transferred) setState("transferred");
-  else if (inFlight > 0) setState("thinking");
+  else if (inFlight > 0 || (replyDue !== null && !sources.length)) setState("thinking");
   else if (sources.length) setState("speaking");
   else if (mic) setState("listening");
 }
@@ -39,6 +48,7 @@ function playPcm16(buf) {
   playHead += b.duration;
   sources.push(src);
   src.onended = () => { sources = sources.filter((s) => s !== src); settle(); };
+  awaitReply(false);
   settle();
 }
 
@@ -70,11 +80,13 @@ function onTranscript(ev) {
 function onDecision(d) {
   agentReplied(d);
   inFlight = Math.max(0, inFlight - 1);
+  awaitReply(true);
   settle();
 }
 
 function onTransfer(h) {
   showHandoff(h);
+  awaitReply(false);
   transferred = true;   // the agent stops after a hand-over: nothing more is typed or heard
   settle();
   $("text").disabled = $("send").disabled = true;
@@ -92,7 +104,7 @@ function onMessage(msg) {
     case "audio_end": whenPlayed(ev.id); break;
     case "clear": replyCleared(); clearPlayback(); break;
     case "transfer": onTransfer(ev.handoff); break;
-    case "error": showError(ev); break;
+    case "error": showError(ev); awaitReply(false); settle(); break;
   }
 }
 
@@ -162,6 +174,7 @@ async function startCall() {
   resetHistory();
   inFlight = 0;
   transferred = false;
+  awaitReply(false);
   $("transfer").hidden = true;
   setState("connecting");
   try {
