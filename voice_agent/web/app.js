@@ -161,7 +161,9 @@ async function openSocket() {
   ws.onmessage = onMessage;
   ws.onclose = (e) => {
     stopMic();
-    if (!transferred) setState("ended", `Call ended (${e.code}${e.reason ? " " + e.reason : ""})`);
+    const how = `call ended (${e.code}${e.reason ? " " + e.reason : ""})`;
+    if (transferred) setState("transferred", `Transferred to a person — ${how}`);
+    else setState("ended", how[0].toUpperCase() + how.slice(1));
     $("start").disabled = false;
     $("stop").disabled = $("text").disabled = $("send").disabled = true;
   };
