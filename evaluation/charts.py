@@ -5,8 +5,9 @@ Each function draws from finished metrics only and refuses empty input with a `C
 saying what was missing, rather than writing a blank picture."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Callable, Literal, Mapping
 
 from .metrics import Metrics, RateKey, Summary
 
@@ -17,6 +18,21 @@ if TYPE_CHECKING:  # typing only: matplotlib is imported when a chart is drawn
 
 class ChartError(ValueError):
     """Nothing to draw: the message names the chart and what it lacked."""
+
+
+def chart_path(out: Path, kind: str) -> Path:
+    """Beside the results file: `<stem>.confusion.png`, `<stem>_buckets.png`, `<stem>_compare.png`."""
+    return out.with_name(f"{out.stem}.confusion.png" if kind == "confusion" else f"{out.stem}_{kind}.png")
+
+
+def warn_if_empty(draw: Callable[[], Path]) -> str:
+    """The chart's path; a chart with nothing to draw is a warning on stderr (the results are still
+    written) and an empty path."""
+    try:
+        return str(draw())
+    except ChartError as exc:
+        print(f"warning: {exc}", file=sys.stderr)
+        return ""
 
 
 def _figure(width: float, height: float, panels: int = 1) -> tuple[Figure, list[Axes]]:

@@ -25,7 +25,7 @@ from policy.engine import Engine, Session
 from policy.numbers import number_values
 
 from .cases import Case, CasesError, load_cases
-from .charts import ChartError, save_bucket_chart, save_compare_chart, save_confusion_png
+from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -221,20 +221,6 @@ def _out_for(out: Path, policy: str, compare: bool) -> Path:
     return out.with_name(f"{out.stem}.{policy}{out.suffix or '.jsonl'}") if compare else out
 
 
-def _png_for(out: Path, kind: str) -> Path:
-    """Charts beside the results: `<stem>.confusion.png`, `<stem>_buckets.png`, `<stem>_compare.png`."""
-    return out.with_name(f"{out.stem}.confusion.png" if kind == "confusion" else f"{out.stem}_{kind}.png")
-
-
-def _chart(draw: Callable[[], Path]) -> str:
-    """A chart's path; a chart with nothing to draw is a warning, the results are written anyway."""
-    try:
-        return str(draw())
-    except ChartError as exc:
-        print(f"warning: {exc}", file=sys.stderr)
-        return ""
-
-
 # ---------------------------------------------------------------- command line
 
 def _parser() -> argparse.ArgumentParser:
@@ -337,6 +323,24 @@ def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def _report_compare(args: argparse.Namespace, per_policy: dict[str, Metrics]) -> None:
+    """--compare: the side-by-side chart (with --out), then the table or the JSON object."""
+    report: JsonObject = {"policies": per_policy}
+    if args.out:
+        report["compare_png"] = warn_if_empty(lambda: save_compare_chart(
+            per_policy, chart_path(Path(args.out), "compare"), f"policies on {Path(args.cases).name}"))
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    print(format_compare(per_policy))
+    for name, m in per_policy.items():
+        print(f"\n[{name}]\n{format_confusion(m)}")
+    if args.out:
+        print(f"\nwrote {report['compare_png']}")
+        for m in per_policy.values():
+            print(f"wrote {m['out']}, {m['png']} and {m['buckets_png']}")
+
+
 def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, state_dir: str,
          audio_setup: AudioSetup | None) -> int:
     runner: AudioRunner | None = None
@@ -363,8 +367,8 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             out = _out_for(Path(args.out), policy, args.compare)
             write_results(results, out)
             title = f"{policy} on {Path(args.cases).name}"
-            metrics["png"] = _chart(lambda: save_confusion_png(metrics, _png_for(out, "confusion"), title))
-            metrics["buckets_png"] = _chart(lambda: save_bucket_chart(metrics["buckets"], _png_for(out, "buckets"),
+            metrics["png"] = warn_if_empty(lambda: save_confusion_png(metrics, chart_path(out, "confusion"), title))
+            metrics["buckets_png"] = warn_if_empty(lambda: save_bucket_chart(metrics["buckets"], chart_path(out, "buckets"),
                                                                       title))
             metrics["out"] = str(out)
         per_policy[policy] = metrics
@@ -376,18 +380,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             if args.out:
                 print(f"\nwrote {metrics['out']}, {metrics['png']} and {metrics['buckets_png']}")
     if args.compare:
-        report: JsonObject = {"policies": per_policy}
-        if args.out:
-            report["compare_png"] = _chart(lambda: save_compare_chart(
-                per_policy, _png_for(Path(args.out), "compare"), f"policies on {Path(args.cases).name}"))
-        if not args.json:
-            print(format_compare(per_policy))
-            for name, m in per_policy.items():
-                print(f"\n[{name}]\n{format_confusion(m)}")
-            if args.out:
-                print(f"\nwrote {report['compare_png']} and, per policy, results with their charts")
-        else:
-            print(json.dumps(report, ensure_ascii=False))
+        _report_compare(args, per_policy)
     elif args.json:
         print(json.dumps(per_policy[args.policy], ensure_ascii=False))
     return 0

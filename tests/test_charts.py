@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from evaluation.cases import Case
-from evaluation.charts import ChartError, save_bucket_chart, save_compare_chart, save_confusion_png
+from evaluation.charts import (ChartError, chart_path, save_bucket_chart, save_compare_chart, save_confusion_png,
+                               warn_if_empty)
 from evaluation.metrics import CaseResult, Metrics, TurnRecord, case_failures, evaluate_metrics
 from policy.config import Costs
 from policy.decision import Action, Decision, Reason
@@ -86,6 +87,18 @@ def test_charts_refuse_empty_input_with_a_clear_error(tmp_path):
     with pytest.raises(LatencyChartError):
         save_latency_histograms({"total": [], "asr": [math.nan]}, tmp_path / "l.png", "x")
     assert not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_eval_names_its_charts_and_warns_on_an_empty_one(tmp_path, capsys):
+    out = tmp_path / "results.gated.jsonl"
+    assert chart_path(out, "confusion").name == "results.gated.confusion.png"
+    assert chart_path(out, "buckets").name == "results.gated_buckets.png"
+    assert chart_path(tmp_path / "results.jsonl", "compare").name == "results_compare.png"
+    # the CLI still writes its results when a chart has nothing to draw: one warning line, no path
+    assert warn_if_empty(lambda: save_bucket_chart({}, tmp_path / "b.png", "x")) == ""
+    assert capsys.readouterr().err == "warning: bucket chart: no buckets (no case was scored)\n"
+    assert warn_if_empty(lambda: save_bucket_chart(_metrics(1, 1)["buckets"], tmp_path / "b.png", "x")) == str(
+        tmp_path / "b.png")
 
 
 # Recorded by `run.py bench voice --limit 4 --out DIR` (voice_latency.json, milliseconds per turn).
