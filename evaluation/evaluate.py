@@ -1,6 +1,6 @@
 """`run.py eval`: run gold cases through the engine (text, or audio via an injected runner), score
 them with `evaluation.metrics`, print a table or JSON, write one JSON line per case and a confusion-matrix
-PNG next to `--out`.
+PNG and a per-bucket accuracy chart next to `--out` (with `--compare`, also the policies side by side).
 
 Evaluation never imports `voice_agent`: the audio path (`voice_agent/eval_audio.py`) hands `cli()`
 an `AudioSetup` callable, so `--audio-dir` works only through that entry point."""
@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
+from kb.jsontypes import JsonObject
 from kb.loader import effective_status, kb_dir_error
 from kb.models import RetrievalResult
 from policy.cli import iso_date
@@ -24,6 +25,7 @@ from policy.engine import Engine, Session
 from policy.numbers import number_values
 
 from .cases import Case, CasesError, load_cases
+from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
 
 POLICIES = ("gated", "threshold", "minimal")
@@ -208,31 +210,6 @@ def format_compare(per_policy: dict[str, Metrics]) -> str:
     return "\n".join(lines)
 
 
-def save_confusion_png(metrics: Metrics, path: Path, title: str) -> Path:
-    import matplotlib  # heavy, optional: only when a PNG is asked for
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # heavy, optional: same
-
-    labels = metrics["confusion"]["labels"]
-    m = metrics["confusion"]["rows_expected_cols_actual"]
-    fig, ax = plt.subplots(figsize=(5, 4.4))
-    ax.imshow(m, cmap="Blues")
-    ax.set_xticks(range(4), labels)
-    ax.set_yticks(range(4), labels)
-    ax.set_xlabel("actual")
-    ax.set_ylabel("expected")
-    ax.set_title(title, fontsize=10)
-    top = max(max(r) for r in m) or 1
-    for i, row in enumerate(m):
-        for j, v in enumerate(row):
-            ax.text(j, i, str(v), ha="center", va="center", color="white" if v > top / 2 else "black")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
-
-
 def write_results(results: list[CaseResult], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", encoding="utf-8") as f:
@@ -244,10 +221,6 @@ def _out_for(out: Path, policy: str, compare: bool) -> Path:
     return out.with_name(f"{out.stem}.{policy}{out.suffix or '.jsonl'}") if compare else out
 
 
-def _png_for(out: Path) -> Path:
-    return out.with_name(f"{out.stem}.confusion.png")
-
-
 # ---------------------------------------------------------------- command line
 
 def _parser() -> argparse.ArgumentParser:
@@ -255,7 +228,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", required=True, help="knowledge base directory")
     p.add_argument("--cases", required=True, help="cases file (YAML or JSONL, CONTRACT §3)")
     p.add_argument("--audio-dir", help="directory of <case id>.wav files to run through the voice path")
-    p.add_argument("--out", help="write one JSON line per case here (and <stem>.confusion.png beside it)")
+    p.add_argument("--out", help="write one JSON line per case here, and beside it <stem>.confusion.png, "
+                   "<stem>_buckets.png and, with --compare, <stem>_compare.png")
     p.add_argument("--policy", default="gated", choices=POLICIES, help="policy to evaluate (default: gated)")
     p.add_argument("--compare", action="store_true", help="run every policy on the same cases, side by side")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object (last line)")
@@ -349,6 +323,24 @@ def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def _report_compare(args: argparse.Namespace, per_policy: dict[str, Metrics]) -> None:
+    """--compare: the side-by-side chart (with --out), then the table or the JSON object."""
+    report: JsonObject = {"policies": per_policy}
+    if args.out:
+        report["compare_png"] = warn_if_empty(lambda: save_compare_chart(
+            per_policy, chart_path(Path(args.out), "compare"), f"policies on {Path(args.cases).name}"))
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+        return
+    print(format_compare(per_policy))
+    for name, m in per_policy.items():
+        print(f"\n[{name}]\n{format_confusion(m)}")
+    if args.out:
+        print(f"\nwrote {report['compare_png']}")
+        for m in per_policy.values():
+            print(f"wrote {m['out']}, {m['png']} and {m['buckets_png']}")
+
+
 def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, state_dir: str,
          audio_setup: AudioSetup | None) -> int:
     runner: AudioRunner | None = None
@@ -374,7 +366,10 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
         if args.out:
             out = _out_for(Path(args.out), policy, args.compare)
             write_results(results, out)
-            metrics["png"] = str(save_confusion_png(metrics, _png_for(out), f"{policy} on {Path(args.cases).name}"))
+            title = f"{policy} on {Path(args.cases).name}"
+            metrics["png"] = warn_if_empty(lambda: save_confusion_png(metrics, chart_path(out, "confusion"), title))
+            metrics["buckets_png"] = warn_if_empty(lambda: save_bucket_chart(metrics["buckets"], chart_path(out, "buckets"),
+                                                                      title))
             metrics["out"] = str(out)
         per_policy[policy] = metrics
         if not args.json and not args.compare:
@@ -383,14 +378,9 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             print(format_confusion(metrics))
             _print_failures(results, args.failures)
             if args.out:
-                print(f"\nwrote {metrics['out']} and {metrics['png']}")
+                print(f"\nwrote {metrics['out']}, {metrics['png']} and {metrics['buckets_png']}")
     if args.compare:
-        if not args.json:
-            print(format_compare(per_policy))
-            for name, m in per_policy.items():
-                print(f"\n[{name}]\n{format_confusion(m)}")
-        else:
-            print(json.dumps({"policies": per_policy}, ensure_ascii=False))
+        _report_compare(args, per_policy)
     elif args.json:
         print(json.dumps(per_policy[args.policy], ensure_ascii=False))
     return 0

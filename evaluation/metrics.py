@@ -68,6 +68,7 @@ class Metrics(Summary, total=False):
     kb_version: str
     audio_cases: int
     png: str
+    buckets_png: str
     out: str
     # evaluation.corpus, per domain
     leaks: int

@@ -86,14 +86,21 @@ def test_eval_json_out_and_png(cases_file, tmp_path):
     png = out.with_name("results.confusion.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert m["png"] == str(png)
+    buckets = out.with_name("results_buckets.png")
+    assert buckets.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and m["buckets_png"] == str(buckets)
 
 
 @pytest.mark.slow
-def test_eval_compare_runs_all_policies(cases_file):
-    p = run("eval", "--kb", str(KB), "--cases", str(cases_file), "--compare", "--json")
+def test_eval_compare_runs_all_policies(cases_file, tmp_path):
+    out = tmp_path / "results.jsonl"
+    p = run("eval", "--kb", str(KB), "--cases", str(cases_file), "--compare", "--json", "--out", str(out))
     assert p.returncode == 0, p.stderr
     data = json.loads(p.stdout.strip().splitlines()[-1])
     assert set(data["policies"]) == {"gated", "threshold", "minimal"}
+    chart = tmp_path / "results_compare.png"
+    assert data["compare_png"] == str(chart) and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in data["policies"]:  # each policy's results keep their own charts
+        assert (tmp_path / f"results.{name}_buckets.png").exists() and (tmp_path / f"results.{name}.jsonl").exists()
     for name, m in data["policies"].items():
         assert m["policy"] == name and m["cases"] == 7
     # The naive design never clarifies or transfers (mt1, hr1 cost it); the real policy must do better.

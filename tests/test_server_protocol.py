@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import time
 import urllib.request
 from typing import Any
@@ -485,8 +486,18 @@ def test_http_routes():
 
             st, ct, body = await asyncio.to_thread(get, "/")
             assert st == 200 and ct.startswith("text/html") and b"Start call" in body
-            st, ct, body = await asyncio.to_thread(get, "/app.js")
-            assert st == 200 and "javascript" in ct
+            # every file the page loads (scripts, modules it imports, the stylesheet) is served
+            wanted = set(re.findall(r'(?:src|href)="(/[^"]+)"', body.decode()))
+            seen: set[str] = set()
+            while wanted - seen:
+                path = sorted(wanted - seen)[0]
+                seen.add(path)
+                st, ct, asset = await asyncio.to_thread(get, path)
+                assert st == 200, path
+                assert ("javascript" if path.endswith(".js") else "css") in ct, (path, ct)
+                for pair in re.findall(r'from "(/[^"]+)"|addModule\("(/[^"]+)"\)', asset.decode()):
+                    wanted |= {p for p in pair if p}
+            assert {"/app.js", "/console.js", "/meter.js", "/pcm-worklet.js", "/style.css"} <= seen, seen
             st, _, body = await asyncio.to_thread(get, "/healthz")
             assert st == 200 and json.loads(body)["max_calls"] == 4 and json.loads(body)["ready"]
             s.state.shutting_down.set()  # draining: not ready, still alive

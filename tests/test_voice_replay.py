@@ -85,8 +85,22 @@ def test_bench_voice_json(tmp_path):
     calls = ROOT / "fixtures/audio"
     if not any(calls.glob("*.wav")):
         pytest.skip("audio fixtures not generated")
-    r = run("bench", "voice", "--limit", "1", "--json", "--state-dir", str(tmp_path), timeout=300)
+    out = tmp_path / "bench"
+    r = run("bench", "voice", "--limit", "1", "--json", "--state-dir", str(tmp_path), "--out", str(out), timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert {"p50_ms", "p95_ms", "stages", "rtf", "rss_mb", "cores", "early_end_rate"} <= set(res)
     assert res["turns"] >= 1 and 200 < res["p50_ms"] < 10000 and 0 < res["rtf"] < 1
+    # --out: the report with every turn's milliseconds, and the histogram drawn from them
+    saved = json.loads((out / "voice_latency.json").read_text())
+    assert saved["result"] == res and len(saved["turns"]) == res["turns"]
+    assert saved["turns"][0]["total"] > 0
+    assert (out / "voice_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.unit
+def test_bench_voice_out_must_be_a_folder(tmp_path):
+    f = tmp_path / "taken"
+    f.write_text("x")
+    r = run("bench", "voice", "--out", str(f))
+    assert r.returncode == 2 and r.stderr.strip() == f"error: --out {f}: not a folder (a file of that name exists)"

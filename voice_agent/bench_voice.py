@@ -77,6 +77,8 @@ def _parser() -> argparse.ArgumentParser:
                    "(default: CallConfig's)")
     p.add_argument("--state-dir", default=None, help="audit/handoff folder (default: a temporary one)")
     p.add_argument("--json", action="store_true", help="end with one JSON line of the results")
+    p.add_argument("--out", default=None, help="folder for voice_latency.png (a histogram per stage) and "
+                   "voice_latency.json (the report and every turn's milliseconds)")
     return p
 
 
@@ -241,11 +243,58 @@ def _print_text(result: BenchResult, raw: dict[str, float]) -> None:
           .format(**result))
 
 
+def _summarize(rows: list[dict[str, float]], n_recordings: int, asr_model: str, config: CallConfig,
+               rss: float, load_s: float) -> tuple[BenchResult, dict[str, float]]:
+    """The report, and the unrounded rates and sizes the text output prints."""
+    stages = {s: {"p50": round(_pct([r[s] for r in rows if s in r], 50), 1),
+                  "p95": round(_pct([r[s] for r in rows if s in r], 95), 1)} for s in STAGES}
+    rtf = float(np.mean([r["asr_rtf"] for r in rows if "asr_rtf" in r]))
+    raw = {"rtf": rtf, "spec": _share(rows, "asr_speculative"), "spec_reply": _share(rows, "speculative_reply"),
+           "early": _share(rows, "early_end"), "rss": rss, "load_s": load_s}
+    result: BenchResult = {
+        "p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
+        "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": usable_cores(), "turns": len(rows),
+        "recordings": n_recordings, "asr_model": asr_model, "speculative_hit_rate": round(raw["spec"], 2),
+        "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
+        "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
+        "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
+    return result, raw
+
+
+def _out_dir(out: str | None) -> Path | None:
+    """The `--out` folder, made before any model loads; ValueError (one line) when it cannot be."""
+    if out is None:
+        return None
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {path}: not a folder (a file of that name exists)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"--out {path}: cannot make the folder ({e.strerror or e})") from e
+    return path
+
+
+def _write_out(out: Path, result: BenchResult, rows: list[dict[str, float]]) -> Path:
+    """voice_latency.json (report + per-turn rows) and voice_latency.png; returns the chart's path."""
+    from .bench_charts import save_latency_histograms  # pulls in matplotlib: only for --out
+
+    (out / "voice_latency.json").write_text(json.dumps({"result": result, "turns": rows}, indent=1), encoding="utf-8")
+    samples = {s: [r[s] for r in rows if s in r] for s in ["total", *STAGES[:-1]]}  # the caller's wait first
+    title = (f"end of speech -> first reply audio, {result['turns']} turns from {result['recordings']} recordings "
+             f"(ASR {result['asr_model']})")
+    return save_latency_histograms(samples, out / "voice_latency.png", title)
+
+
 def cli(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     kb = Path(args.kb)
     if err := kb_dir_error(kb):
         return fail(err)
+    try:
+        out = _out_dir(args.out)
+    except ValueError as e:
+        return fail(str(e))
     recordings = _load_recordings(args)
     if recordings is None:
         return 2
@@ -272,21 +321,12 @@ def cli(argv: list[str]) -> int:
     if not rows:
         print("error: no turn produced reply audio", file=sys.stderr)
         return 1
-    stages = {s: {"p50": round(_pct([r[s] for r in rows if s in r], 50), 1),
-                  "p95": round(_pct([r[s] for r in rows if s in r], 95), 1)} for s in STAGES}
-    rtf = float(np.mean([r["asr_rtf"] for r in rows if "asr_rtf" in r]))
-    cores = usable_cores()
-    raw = {"rtf": rtf, "spec": _share(rows, "asr_speculative"), "spec_reply": _share(rows, "speculative_reply"),
-           "early": _share(rows, "early_end"), "rss": rss, "load_s": load_s}
-    result: BenchResult = {
-        "p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
-        "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": cores, "turns": len(rows),
-        "recordings": len(recordings), "asr_model": args.asr_model, "speculative_hit_rate": round(raw["spec"], 2),
-        "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
-        "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
-        "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}}
+    result, raw = _summarize(rows, len(recordings), args.asr_model, config, rss, load_s)
+    chart = _write_out(out, result, rows) if out is not None else None
     if not args.json:
         _print_text(result, raw)
+        if chart is not None:
+            print(f"wrote {chart} and {chart.with_suffix('.json')}")
     else:
         print(json.dumps(result))
     return 0

@@ -21,6 +21,9 @@ WEB_FILES = {  # path -> (file, content type); no build step, no CDN
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/meter.js": ("meter.js", "text/javascript; charset=utf-8"),
+    "/style.css": ("style.css", "text/css; charset=utf-8"),
     "/pcm-worklet.js": ("pcm-worklet.js", "text/javascript; charset=utf-8"),
 }
 WS_PATHS = ("/v1/call", "/twilio")
