@@ -18,7 +18,7 @@ from typing import Callable, Iterable
 from kb.jsontypes import JsonObject
 from kb.loader import effective_status, kb_dir_error
 from kb.models import RetrievalResult
-from policy.cli import iso_date
+from policy.cli import iso_date, positive_seconds
 from policy.config import Costs
 from policy.decision import Action, Decision
 from policy.engine import Engine, Session
@@ -33,7 +33,8 @@ POLICIES = ("gated", "threshold", "minimal")
 # detected caller turn; the optional problems (no reply audio, call errors) fail the case.
 AudioRunner = Callable[[Case, Path], "tuple[list[str], list[Decision]] | tuple[list[str], list[Decision], list[str]]"]
 # (kb dir, state dir, policy file, decision date, default role) -> (engine, audio runner)
-AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str], tuple[Engine, AudioRunner]]
+# (kb, state dir, policy file, date, default role, longest recording in seconds) -> engine and runner
+AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str, float], tuple[Engine, AudioRunner]]
 
 
 # ---------------------------------------------------------------- running cases
@@ -228,6 +229,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--kb", required=True, help="knowledge base directory")
     p.add_argument("--cases", required=True, help="cases file (YAML or JSONL, CONTRACT §3)")
     p.add_argument("--audio-dir", help="directory of <case id>.wav files to run through the voice path")
+    p.add_argument("--max-audio-s", type=positive_seconds, default=3600.0,
+                   help="refuse a recording longer than this many seconds (default: 3600)")
     p.add_argument("--out", help="write one JSON line per case here, and beside it <stem>.confusion.png, "
                    "<stem>_buckets.png and, with --compare, <stem>_compare.png")
     p.add_argument("--policy", default="gated", choices=POLICIES, help="policy to evaluate (default: gated)")
@@ -345,7 +348,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
          audio_setup: AudioSetup | None) -> int:
     runner: AudioRunner | None = None
     if audio_dir and audio_setup is not None:
-        engine, runner = audio_setup(args.kb, state_dir, args.policy_file, args.date, args.role)
+        engine, runner = audio_setup(args.kb, state_dir, args.policy_file, args.date, args.role, args.max_audio_s)
     else:
         engine = _load_engine(args, state_dir)
     check_kb_loaded(engine, Path(args.kb))

@@ -30,6 +30,17 @@ def iso_date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError(f"not a date (YYYY-MM-DD): {text!r}") from None
 
 
+def positive_seconds(text: str) -> float:
+    """An argparse type: seconds, more than 0 and at most a day."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < v <= 24 * 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected more than 0 and at most 86400 seconds")
+    return v
+
+
 def writable_dir(path: str | Path) -> str | None:
     """The one-line error for a state directory that cannot be created or written, else None."""
     p = Path(path)

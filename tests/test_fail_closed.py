@@ -77,3 +77,29 @@ def test_absurd_sample_rates_are_refused(rate):
     with pytest.raises(AudioError, match="unsupported sample rate"):
         read_wav_bytes(_wav(rate), "x.wav")
     assert read_wav_bytes(_wav(8000), "x.wav")[1] == 8000
+
+
+def test_a_recording_over_the_length_limit_is_refused_from_its_header(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from voice_agent.audio_files import read_audio
+
+    wav = tmp_path / "long.wav"
+    with wave.open(str(wav), "wb") as w:  # 40 s at 8 kHz
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(8000)
+        w.writeframes(b"\x00\x00" * 8000 * 40)
+    t = time.monotonic()
+    with pytest.raises(AudioError, match="about 40 s of audio; the limit is 30 s"):
+        read_audio(wav, max_seconds=30)
+    assert time.monotonic() - t < 0.5
+    assert len(read_audio(wav, max_seconds=60)[0]) == 8000 * 40
+    r = subprocess.run([sys.executable, "run.py", "replay", "--kb", "fixtures/kb", str(wav), "--max-audio-s", "30"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith("error:") and "limit is 30 s" in r.stderr
+    bad = subprocess.run([sys.executable, "run.py", "replay", "--kb", "fixtures/kb", str(wav), "--max-audio-s", "-1"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr

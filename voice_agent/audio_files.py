@@ -8,7 +8,7 @@ import numpy as np
 
 from .audio import AudioError, read_wav
 
-MAX_SECONDS = 3 * 3600  # a recording longer than this is refused, not decoded into memory
+MAX_SECONDS = 3600.0  # a recording longer than this is refused, not decoded into memory (--max-audio-s)
 
 
 def read_audio(path: str | Path, max_seconds: float = MAX_SECONDS) -> tuple[np.ndarray, int]:
@@ -23,8 +23,25 @@ def read_audio(path: str | Path, max_seconds: float = MAX_SECONDS) -> tuple[np.n
     except OSError as e:
         raise AudioError(f"{p}: cannot read ({e.strerror or e})") from None
     if head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE":
-        return read_wav(p)
+        _check_wav_length(p, max_seconds)
+        x, sr = read_wav(p)
+        if len(x) > max_seconds * sr:
+            raise AudioError(f"{p}: {len(x) / sr:.0f} s of audio; the limit is {max_seconds:g} s (--max-audio-s)")
+        return x, sr
     return _decode(p, max_seconds)
+
+
+def _check_wav_length(p: Path, max_seconds: float) -> None:
+    """Refuse a long WAV from its header before reading it: the byte rate of a leading `fmt `
+    chunk against the file's size (other layouts are checked after reading)."""
+    with open(p, "rb") as f:
+        head = f.read(36)
+    if len(head) == 36 and head[12:16] == b"fmt ":
+        byte_rate = int.from_bytes(head[28:32], "little")
+        size = p.stat().st_size
+        if byte_rate > 0 and size / byte_rate > max_seconds * 1.01:
+            raise AudioError(f"{p}: about {size / byte_rate:.0f} s of audio; the limit is {max_seconds:g} s "
+                             "(--max-audio-s)")
 
 
 def _decode(p: Path, max_seconds: float) -> tuple[np.ndarray, int]:

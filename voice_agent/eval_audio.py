@@ -17,7 +17,7 @@ from policy.decision import Decision
 from policy.engine import Engine
 
 from .audio import float_to_pcm16, resample
-from .audio_files import read_audio
+from .audio_files import MAX_SECONDS, read_audio
 from .call import CallConfig, VoiceRuntime
 from .interfaces import CallLike, CallRuntime
 
@@ -96,8 +96,8 @@ class _Heard:
 
 
 async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str,
-               quiet_s: float) -> CaseAudio:
-    pcm, sr = read_audio(wav_path)
+               quiet_s: float, max_seconds: float) -> CaseAudio:
+    pcm, sr = read_audio(wav_path, max_seconds)
     rate = RATE
     if sr != rate:
         pcm = resample(pcm, sr, rate)
@@ -122,22 +122,23 @@ async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallCon
 
 
 def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
-                   config: CallConfig | None = None, role: str = "public", quiet_s: float = QUIET_S) -> CaseAudio:
+                   config: CallConfig | None = None, role: str = "public", quiet_s: float = QUIET_S,
+                   max_seconds: float = MAX_SECONDS) -> CaseAudio:
     """Feed `<case id>.wav` through a new call of `runtime` (a `VoiceRuntime`) and collect what the
     caller was heard to say and what the agent decided, one per detected turn. `role` applies to
     cases that name none. The third element lists problems of the voice path (no reply audio, call
     errors); the eval counts them as failures of the case. `quiet_s`: how long a stream with fewer
     turns than the case expects must stay quiet before the case is scored as it stands."""
     cfg = config if config is not None else default_config()
-    return asyncio.run(_run(runtime, case, Path(wav_path), cfg, role, quiet_s))
+    return asyncio.run(_run(runtime, case, Path(wav_path), cfg, role, quiet_s, max_seconds))
 
 
 def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,
-                role: str) -> tuple[Engine, Callable[[Case, str | Path], CaseAudio]]:
+                role: str, max_audio_s: float = MAX_SECONDS) -> tuple[Engine, Callable[[Case, str | Path], CaseAudio]]:
     """The voice runtime for `--audio-dir`: its engine and a runner feeding one case's WAV."""
     runtime = VoiceRuntime.load(kb, state_dir=state_dir, policy_file=policy_file)
     runtime.engine.on_date = on_date
-    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=role)
+    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=role, max_seconds=max_audio_s)
 
 
 def cli(argv: list[str]) -> int:

@@ -12,12 +12,12 @@ import numpy as np
 
 from kb.jsontypes import JsonObject
 from kb.loader import kb_dir_error
-from policy.cli import fail
+from policy.cli import fail, positive_seconds
 from policy.store_api import StoreError
 from policy.store_select import add_store_arg, open_store
 
 from .audio import AudioError, float_to_pcm16, pcm16_to_float, resample, write_wav
-from .audio_files import read_audio
+from .audio_files import MAX_SECONDS, read_audio
 from .call import CallConfig, VoiceRuntime
 from .interfaces import CallRuntime
 
@@ -37,6 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", default=None, help="policy YAML (default: the built-in policy)")
     p.add_argument("--state-dir", default="var", help="where audits and handoffs are stored (default: var)")
     p.add_argument("--json", action="store_true", help="one JSON object per turn, then one with the reply path")
+    p.add_argument("--max-audio-s", type=positive_seconds, default=MAX_SECONDS,
+                   help=f"refuse a recording longer than this many seconds (default: {MAX_SECONDS:g})")
     add_store_arg(p)
     return p
 
@@ -96,7 +98,7 @@ def cli(argv: list[str]) -> int:
     if err := kb_dir_error(kb):
         return fail(err)
     try:
-        pcm, sr = read_audio(args.wav)
+        pcm, sr = read_audio(args.wav, args.max_audio_s)
     except AudioError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
