@@ -4,6 +4,7 @@ replay, mic, the websocket server) drives a `Session` (policy/session.py) made h
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import uuid
 from pathlib import Path
 
@@ -62,8 +63,12 @@ class Engine:
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
-             dense: bool = True, on_date: dt.date | None = None, progress: bool = False,
+             dense: bool = True, on_date: dt.date | None = None, progress: bool | None = None,
              store: HandoffStore | None = None) -> "Engine":
+        """`progress`: bars while a first-time index or embedding is built; None shows them when
+        stderr is a terminal (every command), never in a pipe or a test."""
+        if progress is None:
+            progress = sys.stderr.isatty()
         kb = load_kb(kb_dir)
         config = load_policy_config(policy_file, kb_dir=kb_dir)
         retriever = Retriever(kb, dense=dense, progress=progress)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,9 @@ def test_tts_worker_killed_mid_reply_still_transfers(server, tmp_path, capsys, t
               f"calls; transfer delivered {delivered} of {RUNS}; close after the transfer max {max(closes):.2f} s")
     assert killed == RUNS and delivered == RUNS
     assert max(closes) < 2.0
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{server['port']}/metrics", timeout=10).read().decode()
+    restarts = float(re.search(r"^voice_agent_tts_worker_restarts (\S+)$", metrics, re.M).group(1))
+    assert restarts >= RUNS  # every killed worker was replaced, and /metrics says so
 
 
 def test_server_killed_mid_turn_loses_no_announced_handoff(tmp_path, capsys):

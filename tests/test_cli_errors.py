@@ -35,3 +35,44 @@ def test_bad_input_is_one_line_and_non_zero(argv, says):
            and not line.startswith(" ")]
     assert p.returncode != 0 and "Traceback" not in p.stderr
     assert len(err) == 1 and says in err[0], p.stderr
+
+
+@pytest.mark.slow
+def test_a_first_time_embedding_shows_progress_on_a_terminal(tmp_path):
+    """stderr on a terminal: the first load of a new KB draws progress bars; in a pipe it stays quiet."""
+    import fcntl
+    import os
+    import shutil
+    import struct
+    import termios
+    import uuid
+
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    tag = uuid.uuid4().hex
+    for i in range(220):  # a KB large enough to take a while: bars start above 200 sections
+        (kb / f"p{i}.md").write_text(f"---\nid: p{i}\ntitle: Page {i}\n---\n# Topic {i}\nFact {i} of {tag}.\n")
+    env = {**os.environ, "VOICE_AGENT_CACHE": str(tmp_path / "cache")}
+    piped = subprocess.run([sys.executable, str(ROOT / "run.py"), "ask", "--kb", str(kb), "--state-dir",
+                            str(tmp_path / "s1"), "What is fact 7?"], capture_output=True, text=True, env=env,
+                           timeout=300)
+    assert piped.returncode == 0 and "%|" not in piped.stderr
+    shutil.rmtree(tmp_path / "cache")  # first time again
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))  # a terminal 80 columns wide
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "ask", "--kb", str(kb), "--state-dir",
+                             str(tmp_path / "s2"), "What is fact 7?"], stdout=subprocess.PIPE, stderr=slave,
+                            env=env)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        seen += chunk
+    proc.wait(300)
+    os.close(master)
+    assert proc.returncode == 0 and b"%|" in seen, seen[-500:]

@@ -61,3 +61,41 @@ def test_the_installed_command_answers_outside_the_clone(wheel, tmp_path):
     import_path = subprocess.run([sys.executable, "-c", "import policy; print(policy.__file__)"], cwd=away, env=env,
                                  capture_output=True, text=True, timeout=60).stdout
     assert import_path.startswith(str(target)), import_path
+
+
+def test_the_installed_server_serves_its_page_and_stops_cleanly(wheel, tmp_path):
+    import re
+    import signal
+    import time
+    import urllib.request
+
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(target), sysconfig.get_paths()["purelib"]]),
+           "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    away = tmp_path / "elsewhere"
+    away.mkdir()
+    (away / "server.yaml").write_text("{}\n")
+    proc = subprocess.Popen([sys.executable, str(target / "bin" / "voice-agent"), "serve", "--kb",
+                             str(ROOT / "fixtures" / "kb"), "--port", "0", "--state-dir", str(tmp_path / "state")],
+                            cwd=away, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port, deadline = None, time.monotonic() + 240
+        assert proc.stdout is not None
+        while port is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line and proc.poll() is not None:
+                break
+            if m := re.search(r"listening on ws://[^:]+:(\d+)", line):
+                port = int(m.group(1))
+        assert port, "the installed server did not start listening"
+        page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read().decode()
+        assert "<html" in page.lower() and "/app.js" in page
+        assert b"export" in urllib.request.urlopen(f"http://127.0.0.1:{port}/console.js", timeout=10).read()
+        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=10).status == 200
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -21,9 +21,12 @@ BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0
 
 
 class ServerMetrics:
-    def __init__(self, active: Callable[[], float]):
+    def __init__(self, active: Callable[[], float], tts_restarts: Callable[[], float] = lambda: 0.0):
         r = self.registry = CollectorRegistry()
         Gauge("voice_agent_calls_active", "Calls in progress", registry=r).set_function(active)
+        # the TTS worker is a child process: each death or hang restarts it (ASR runs in-process)
+        Gauge("voice_agent_tts_worker_restarts", "TTS worker restarts since the server started",
+              registry=r).set_function(tts_restarts)
         self.calls = Counter("voice_agent_calls", "Calls admitted", ["endpoint"], registry=r)
         self.busy = Counter("voice_agent_busy_rejections", "Calls refused at the concurrent-call limit",
                             ["endpoint"], registry=r)

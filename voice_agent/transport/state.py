@@ -73,7 +73,8 @@ class ServerState:
         self.started = time.monotonic()
         self.calls_total = 0
         self.busy_total = 0
-        self.metrics = ServerMetrics(active=lambda: self.active)
+        self.metrics = ServerMetrics(active=lambda: self.active,
+                                     tts_restarts=lambda: float(getattr(getattr(runtime, "tts", None), "restarts", 0)))
         self.webhook: WebhookSender | None = None
         if config.webhook_url:
             self.webhook = WebhookSender(config.webhook_url, retries=config.webhook_retries,
