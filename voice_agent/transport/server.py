@@ -155,7 +155,8 @@ def _config_vs_kb(config: ServerConfig, runtime: VoiceRuntime, kb: str) -> str |
 def _serve(args: argparse.Namespace, runtime: VoiceRuntime, config: ServerConfig) -> int:
     """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
-        state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit)
+        state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit,
+                            checkpoints=runtime.engine.store)
         try:
             return await run_until_signal(state, args.host, args.port)
         except OSError as e:
