@@ -105,3 +105,24 @@ def test_of_two_servers_resuming_one_call_at_once_one_wins_and_the_old_owner_is_
             for ws in (old, *socks):
                 await ws.close()
     run(go())
+
+
+def test_the_client_resumes_on_the_next_server_when_its_server_goes_away(tmp_path):
+    from voice_agent.client import stream_call
+
+    async def go():
+        async with Srv(checkpoints=EmbeddedStore(tmp_path, fsync=False)) as a, \
+                Srv(checkpoints=EmbeddedStore(tmp_path, fsync=False)) as b:
+            def on_event(ev: dict) -> None:
+                if ev.get("type") == "decision" and not a.state.shutting_down.is_set():
+                    a.state.shutting_down.set()  # A drains its call and closes it 1001, going away
+
+            res = await stream_call(a.url(), texts=["one", "two", "three"], resume_urls=[b.url()],
+                                    on_event=on_event, timeout_s=20)
+            assert [d["message"] for d in res.decisions] == ["You said one.", "You said two.", "You said three."]
+            assert res.resumes == 1 and res.urls == [a.url(), b.url()] and res.close_code == 1000
+            assert [e["type"] for e in res.events].count("reconnect") == 1
+            [on_b] = b.runtime.calls  # the conversation went on there, from A's checkpoint
+            assert [t for t in on_b.state.transcript if t.startswith("caller")] == \
+                ["caller: one", "caller: two", "caller: three"]  # each turn decided once
+    run(go())
