@@ -16,7 +16,7 @@ from test_resume_kill import TEXTS, Server, _rows
 from voice_agent.bench_load import stop_server
 from voice_agent.client import stream_call
 
-pytestmark = [pytest.mark.server, pytest.mark.pg, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.pg, pytest.mark.audio, pytest.mark.slow]
 
 
 def test_a_call_through_the_balancer_survives_the_kill_of_its_server(pg_url, tmp_path, monkeypatch):

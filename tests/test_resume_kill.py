@@ -19,7 +19,7 @@ import pytest
 from voice_agent.bench_load import start_server, stop_server
 from voice_agent.client import CallResult, stream_call
 
-pytestmark = [pytest.mark.server, pytest.mark.pg, pytest.mark.slow]
+pytestmark = [pytest.mark.server, pytest.mark.pg, pytest.mark.audio, pytest.mark.slow]
 
 KB = str(Path(__file__).resolve().parent.parent / "fixtures" / "kb")
 RUNS = 10
