@@ -1,6 +1,6 @@
 """`run.py bench store`: how long a handoff write takes, and how long from its commit until a desk
 following the store (`run.py handoffs --follow`) sees it, for the embedded JSONL store and for
-PostgreSQL, side by side.
+PostgreSQL, side by side; and how long a call's checkpoint write takes (one per turn of a call).
 
 The desk is a separate process running the store's real `follow` iterator; it prints each handoff's
 id with the time it saw it on the machine's monotonic clock, which the writer shares. Commit time is
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from kb.jsontypes import JsonObject
 from kb.measure import percentile, usable_cores
+from policy.session_state import SessionState
 from policy.store_api import HandoffStore, StoreError
 from policy.store_embedded import EmbeddedStore
 from policy.store_pg_schema import connect, url_with_schema
@@ -79,8 +80,30 @@ class Desk:
             self.proc.kill()
 
 
+def _checkpoint(turns: int, run: str) -> JsonObject:
+    """A call's checkpoint as the server writes it after a turn (voice_agent/transport/resume.py)."""
+    lines = [f"caller: question {i} about my bill and the late fee?" if i % 2 == 0 else
+             "agent: Are you a personal or a business customer? I can then tell you the fee." for i in range(2 * turns)]
+    session = SessionState(session_id=f"ck{run}", facets={"customer_type": "personal"}, transcript=lines, turns=turns,
+                           pending_question="What is the late fee?", pending_facets=["customer_type"])
+    return {"call_id": f"ck{run}", "role": "public", "token_sha256": "0" * 64, "epoch": 0, "owner": "bench:1:x",
+            "transferred": False, "session": session.model_dump(mode="json")}
+
+
+def measure_checkpoints(store: HandoffStore, n: int) -> JsonObject:
+    """The write a native call adds to each turn: the call's checkpoint, upserted (a 6-turn call)."""
+    run = uuid.uuid4().hex[:8]
+    times = []
+    for i in range(n):
+        state = _checkpoint(6, f"{run}{i % 20}")  # 20 calls at a time, each checkpointed again and again
+        t0 = time.perf_counter()
+        store.put_checkpoint(str(state["call_id"]), state)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {"checkpoint_p50_ms": _r(percentile(times, 50)), "checkpoint_p95_ms": _r(percentile(times, 95))}
+
+
 def measure(store: HandoffStore, kind: str, target: str, n: int, gap_s: float) -> JsonObject:
-    """Write `n` handoffs through `store` while a desk process follows it."""
+    """Write `n` handoffs through `store` while a desk process follows it, then `n` checkpoints."""
     run = uuid.uuid4().hex[:8]
     desk = Desk(kind, target)
     try:
@@ -110,7 +133,8 @@ def measure(store: HandoffStore, kind: str, target: str, n: int, gap_s: float) -
         desk.stop()
     return {"store": kind, "n": n, "write_p50_ms": _r(percentile(writes, 50)), "write_p95_ms": _r(percentile(writes, 95)),
             "desk_p50_ms": _r(percentile(delays, 50)), "desk_p95_ms": _r(percentile(delays, 95)),
-            "desk_max_ms": _r(max(delays) if delays else None), "seen": len(delays)}
+            "desk_max_ms": _r(max(delays) if delays else None), "seen": len(delays),
+            **measure_checkpoints(store, n)}
 
 
 def _r(x: float | None) -> float | None:
@@ -160,14 +184,18 @@ def _listen(kind: str, target: str) -> int:
 def _print(results: list[JsonObject], skipped: str | None, n: int, gap_ms: float) -> None:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"store bench: {n} handoffs per store, {gap_ms:g} ms apart; cores {usable_cores()}, load average {load}")
-    print(f"{'store':<12}{'write p50':>11}{'write p95':>11}{'desk p50':>11}{'desk p95':>11}{'desk max':>11}{'seen':>7}")
+    print(f"{'store':<12}{'write p50':>11}{'write p95':>11}{'desk p50':>11}{'desk p95':>11}{'desk max':>11}{'seen':>7}"
+          f"{'ckpt p50':>11}{'ckpt p95':>11}")
     for r in results:
         cells = "".join(f"{str(r[k]) + ' ms' if r[k] is not None else '-':>11}"
                         for k in ("write_p50_ms", "write_p95_ms", "desk_p50_ms", "desk_p95_ms", "desk_max_ms"))
-        print(f"{r['store']!s:<12}{cells}{r['seen']!s:>7}")
+        ckpt = "".join(f"{str(r[k]) + ' ms' if r[k] is not None else '-':>11}"
+                       for k in ("checkpoint_p50_ms", "checkpoint_p95_ms"))
+        print(f"{r['store']!s:<12}{cells}{r['seen']!s:>7}{ckpt}")
     if skipped:
         print(f"postgresql: not measured ({skipped})")
-    print("desk = from the commit (append returned) to the following desk process printing it")
+    print("desk = from the commit (append returned) to the following desk process printing it; "
+          "ckpt = a call's checkpoint upsert, the write each turn of a native call adds")
 
 
 def cli(argv: list[str]) -> int:

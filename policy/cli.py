@@ -8,10 +8,13 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from kb.loader import KBNotFound, kb_dir_error
 
 from .config import PolicyConfigError
 from .engine import Engine, UnknownRole
+from .session_state import SessionState
 from .store_api import StoreError
 from .store_embedded import EmbeddedStore
 from .store_select import add_store_arg, open_store
@@ -124,7 +127,7 @@ def cli(argv: list[str]) -> int:
         facets = parse_facets(args.facet)
     except ValueError as exc:
         return fail(str(exc))
-    state = _load_state(args.session) if args.session else {}
+    state = _load_state(args.session) if args.session else None
     engine = load_engine(args)
     try:
         return _ask(args, engine, state, facets)
@@ -134,20 +137,16 @@ def cli(argv: list[str]) -> int:
         engine.store.shutdown()
 
 
-def _ask(args: argparse.Namespace, engine: Engine, state: dict, facets: dict[str, str]) -> int:
+def _ask(args: argparse.Namespace, engine: Engine, state: SessionState | None, facets: dict[str, str]) -> int:
+    # the session file's conversation, with --role and --facet on top of what it remembers
+    base = state or SessionState()
+    base = base.model_copy(update={"role": args.role or base.role, "facets": {**base.facets, **facets}})
     try:
-        session = engine.session(role=args.role or state.get("role", "public"),
-                                 facets={**state.get("facets", {}), **facets}, session_id=state.get("session_id"),
-                                 policy=args.policy)
+        session = engine.session(state=base, policy=args.policy)
     except UnknownRole as exc:
         return fail(str(exc))
     if err := facet_error(facets, engine.kb_facets(session.role)):
         return fail(err)
-    session.pending_question = state.get("pending_question")
-    session.pending_facets = list(state.get("pending_facets") or [])
-    session.transcript = state.get("transcript", [])
-    session.last_question = state.get("last_question")
-    session.topic_team = state.get("topic_team")
     out = session.turn(args.question, faults=args.fault)
     d = out.decision
     if args.debug:
@@ -158,21 +157,19 @@ def _ask(args: argparse.Namespace, engine: Engine, state: dict, facets: dict[str
     else:
         print(json.dumps(d.public_dict(), indent=2, ensure_ascii=False))
     if args.session:
-        Path(args.session).write_text(json.dumps({
-            "session_id": session.session_id, "role": session.role, "facets": session.facets,
-            "pending_question": session.pending_question, "pending_facets": session.pending_facets,
-            "transcript": session.transcript, "last_question": session.last_question,
-            "topic_team": session.topic_team}, indent=2))
+        Path(args.session).write_text(session.snapshot().model_dump_json(indent=2))
     return 0
 
 
-def _load_state(path: str) -> dict:
+def _load_state(path: str) -> SessionState | None:
+    """The conversation a session file keeps (None: none yet). Files written before the state had
+    a model load too: a field they lack takes its default."""
     p = Path(path)
     if not p.exists():
-        return {}
+        return None
     try:
-        data = json.loads(p.read_text())
-        return data if isinstance(data, dict) else {}
-    except json.JSONDecodeError:
-        print(f"warning: session file {path} is not valid JSON; starting a new conversation", file=sys.stderr)
-        return {}
+        return SessionState.model_validate_json(p.read_text())
+    except (ValidationError, OSError, UnicodeDecodeError) as exc:
+        why = "is not valid JSON" if "json_invalid" in str(exc) else "does not hold a conversation"
+        print(f"warning: session file {path} {why}; starting a new conversation", file=sys.stderr)
+        return None

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import uuid
 from pathlib import Path
 
 from kb.check import suspects
@@ -20,11 +19,12 @@ from .intents import IntentReader
 from .language import normalize_text, question_focus
 from .scorer import Scorer, load_scorer
 from .session import AsrSignal, Session, TurnOutcome
+from .session_state import SessionState, new_session_id
 from .signals import facet_idioms, facet_vocabulary
 from .store_api import HandoffStore
 from .store_embedded import EmbeddedStore
 
-__all__ = ["Engine", "Session", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
+__all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
 POLICIES = ("gated", "threshold", "minimal")
 
@@ -185,10 +185,18 @@ class Engine:
         return self._intent_memo[key]
 
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
-                session_id: str | None = None, policy: str = "gated") -> "Session":
+                session_id: str | None = None, policy: str = "gated", *,
+                state: SessionState | None = None) -> "Session":
+        """A new conversation, or one rebuilt from `state` (a snapshot: its role, facets and session
+        id win over the other arguments)."""
         if policy not in POLICIES:
             raise ValueError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-        if role not in self.roles():
+        if state is None:
+            state = SessionState(role=role, facets=dict(facets or {}), session_id=session_id or new_session_id())
+        if state.role not in self.roles():
             # A typo must not silently become public access (or look like "no information").
-            raise UnknownRole(f"unknown role {role!r}; this knowledge base knows: {', '.join(sorted(self.roles()))}")
-        return Session(self, role, dict(facets or {}), session_id or uuid.uuid4().hex[:12], policy)
+            raise UnknownRole(f"unknown role {state.role!r}; this knowledge base knows: "
+                              f"{', '.join(sorted(self.roles()))}")
+        session = Session(self, state.role, dict(state.facets), state.session_id, policy)
+        session.restore(state)
+        return session

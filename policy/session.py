@@ -23,6 +23,7 @@ from .gates import GateOutcome, TurnFacts, decide
 from .language import asks_question, normalize_text
 from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
+from .session_state import SessionState
 from .signals import (approval_action, disallowed_request, human_requested, lexicon_words, small_talk, stated_facets,
                       without_facet_phrases)
 
@@ -296,26 +297,31 @@ class Session:
         The voice path calls it at a pause in the caller's speech to render the reply's first
         sentence early; at the real end of turn it runs `turn` and uses the early audio only if the
         message is identical. A previewed transfer carries no handoff (none is stored)."""
-        state = self.snapshot()
+        state, hits, last = self.snapshot(), dict(self._turn_hits), self._last_audit_id
         try:
             return self.turn(text, asr=asr, record=False).decision
         finally:
             self.restore(state)
+            self._turn_hits, self._last_audit_id = hits, last
 
-    def snapshot(self) -> tuple:
-        """The conversation state, for `restore`."""
-        return (dict(self.facets), self.pending_question, list(self.transcript), self.turns,
-                dict(self._turn_hits), self._last_audit_id, self.last_question, list(self.pending_facets),
-                self.clarify_retries, self.topic_team)
+    def snapshot(self) -> SessionState:
+        """The conversation state as data: for `restore`, a session file, a call's checkpoint."""
+        return SessionState(session_id=self.session_id, role=self.role, facets=self.facets,
+                            pending_question=self.pending_question, pending_facets=self.pending_facets,
+                            clarify_retries=self.clarify_retries, last_question=self.last_question,
+                            topic_team=self.topic_team, transcript=self.transcript, turns=self.turns)
 
-    def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None:
+    def restore(self, state: SessionState, *, superseded: str | None = None, reason: str = "") -> None:
         """Put the conversation back as `snapshot` found it. With `superseded` (an audit id),
         a turn decided since then is void (the voice path ended it too early and the caller went
         on): its audit line stays, and a `turn_superseded` line says why it no longer counts."""
-        (self.facets, self.pending_question, self.transcript, self.turns,
-         self._turn_hits, self._last_audit_id, self.last_question, self.pending_facets, self.clarify_retries,
-         self.topic_team) = (dict(state[0]), state[1], list(state[2]), state[3], dict(state[4]), state[5], state[6],
-                             list(state[7]), state[8], state[9])
+        if (state.session_id, state.role) != (self.session_id, self.role):
+            raise ValueError(f"state of conversation {state.session_id} ({state.role}) given to "
+                             f"{self.session_id} ({self.role})")
+        self.facets, self.pending_question = dict(state.facets), state.pending_question
+        self.pending_facets, self.clarify_retries = list(state.pending_facets), state.clarify_retries
+        self.last_question, self.topic_team = state.last_question, state.topic_team
+        self.transcript, self.turns = list(state.transcript), state.turns
         if superseded:
             self.engine.audit.append({"kind": "turn_superseded", "audit_id": superseded,
                                       "session": self.session_id, "reason": reason, "ts": now()})

@@ -3,7 +3,8 @@
 
 A handoff is `waiting` when written, `claimed` by one desk agent, then `closed`. The engine writes
 through the two append-only logs (`handoffs`, `audit`); the desk (`run.py handoffs`) lists, follows,
-claims and closes; `put_checkpoint`/`get_checkpoint` keep a call's state by call id."""
+claims and closes; `put_checkpoint`/`get_checkpoint`/`swap_checkpoint` keep a call's state by call
+id, fenced by its epoch so that a resumed call has one owner."""
 from __future__ import annotations
 
 import threading
@@ -87,8 +88,15 @@ class HandoffStore(Protocol):
         """The waiting handoffs, then each new one as it is written, until `until` is set."""
         ...
 
-    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> None:
-        """Keep the latest state of a call (replaces the previous one)."""
+    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> bool:
+        """Keep the latest state of a call (replaces the previous one), unless the stored state has
+        a higher epoch (`checkpoint_epoch`): another server has taken the call over, and this write
+        from the one that lost it is refused (False)."""
+        ...
+
+    def swap_checkpoint(self, call_id: str, epoch: int, state: Mapping[str, object]) -> bool:
+        """Replace a call's state only if the stored one is at `epoch` (compare-and-set): of
+        several servers resuming a call from the same epoch, exactly one gets True."""
         ...
 
     def get_checkpoint(self, call_id: str) -> JsonObject | None:
@@ -98,6 +106,12 @@ class HandoffStore(Protocol):
     def shutdown(self) -> None:
         """Release connections (a no-op for files)."""
         ...
+
+
+def checkpoint_epoch(state: Mapping[str, object]) -> int:
+    """A checkpoint's epoch: its owner's generation (0 where the call started, +1 per resume)."""
+    value = state.get("epoch", 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def handoff_id(record: Mapping[str, object]) -> str:

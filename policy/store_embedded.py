@@ -3,7 +3,8 @@
 `handoffs.jsonl` and `audit.jsonl` are exactly what the engine always wrote (policy/store.py). The
 desk's lifecycle (claimed, closed) goes to `handoff_events.jsonl`, one event per line, written only
 under an exclusive `flock` of that file, so two desk processes never claim the same handoff: each
-decides on the events it reads while holding the lock. `follow` tails `handoffs.jsonl`."""
+decides on the events it reads while holding the lock. `follow` tails `handoffs.jsonl`. A call's
+checkpoint is one file under `checkpoints/`, replaced whole, under a lock of that folder."""
 from __future__ import annotations
 
 import datetime as dt
@@ -21,7 +22,7 @@ from typing import Iterator, Mapping
 from kb.jsontypes import JsonObject
 
 from .store import JsonlStore
-from .store_api import HandoffRow, Outcome, StoreError, judge_claim, judge_close, text_field
+from .store_api import HandoffRow, Outcome, StoreError, checkpoint_epoch, judge_claim, judge_close, text_field
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
@@ -33,6 +34,7 @@ def _now() -> str:
 class EmbeddedStore:
     def __init__(self, state_dir: str | Path, fsync: bool = True):
         self.state_dir = Path(state_dir)
+        self.fsync = fsync
         self.handoffs = JsonlStore(self.state_dir / "handoffs.jsonl", fsync)
         self.audit = JsonlStore(self.state_dir / "audit.jsonl", fsync)
         self.events = JsonlStore(self.state_dir / "handoff_events.jsonl", fsync)
@@ -142,24 +144,57 @@ class EmbeddedStore:
         name = call_id if _SAFE_NAME.match(call_id) else hashlib.sha256(call_id.encode()).hexdigest()
         return self.state_dir / "checkpoints" / f"{name}.json"
 
-    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> None:
+    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> bool:
+        with self._checkpoints_locked():
+            current = self.get_checkpoint(call_id)
+            if current is not None and checkpoint_epoch(current) > checkpoint_epoch(state):
+                return False  # the call has moved to another server
+            self._write_checkpoint(call_id, state)
+            return True
+
+    def swap_checkpoint(self, call_id: str, epoch: int, state: Mapping[str, object]) -> bool:
+        with self._checkpoints_locked():
+            current = self.get_checkpoint(call_id)
+            if current is None or (checkpoint_epoch(current) != epoch and dict(state) != current):
+                return False  # unknown, or another server took it first (the same swap again wins)
+            self._write_checkpoint(call_id, state)
+            return True
+
+    @contextmanager
+    def _checkpoints_locked(self) -> Iterator[None]:
+        """Checkpoint writes of every process sharing the directory, one at a time (they are short)."""
+        folder = self.state_dir / "checkpoints"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{folder}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _write_checkpoint(self, call_id: str, state: Mapping[str, object]) -> None:
         """Written whole to a temporary file, then renamed: a reader sees the old or the new state."""
         path = self._checkpoint_path(call_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
         data = json.dumps({"call_id": call_id, "updated_at": _now(), "state": dict(state)},
                           ensure_ascii=False, default=str).encode("utf-8", "replace")
         with tmp.open("wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if self.fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
 
     def get_checkpoint(self, call_id: str) -> JsonObject | None:
         path = self._checkpoint_path(call_id)
-        if not path.exists():
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
             return None
-        data = _parse(path.read_bytes())
+        data = _parse(raw)
         state = data.get("state") if data and data.get("call_id") == call_id else None
         return state if isinstance(state, dict) else None
 

@@ -4,7 +4,8 @@ sharing one database.
 Every write is one autocommit statement keyed by its id (`ON CONFLICT DO NOTHING`), so a retried
 write is harmless and a handoff is committed when `append` returns. A new handoff NOTIFYs
 `voice_agent_handoffs` in the same statement; `follow` LISTENs on a connection of its own. A claim is
-one `UPDATE ... WHERE state = 'waiting'`: the row lock makes exactly one of two agents win. The
+one `UPDATE ... WHERE state = 'waiting'`: the row lock makes exactly one of two agents win; a call's
+checkpoint is taken over the same way (`WHERE epoch = ...`). The
 schema comes from the versioned files in policy/migrations (policy/store_pg_schema.py).
 
 psycopg is imported inside functions: the default (JSONL) store never needs it installed."""
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
 
 from kb.jsontypes import JsonObject
 
-from .store_api import HandoffRow, Outcome, StoreError, handoff_id, judge_claim, judge_close, text_field
+from .store_api import (HandoffRow, Outcome, StoreError, checkpoint_epoch, handoff_id, judge_claim, judge_close,
+                        text_field)
 from .store_pg_schema import CONNECT_TIMEOUT_S, connect, describe, has_timeout, migrate, one_line
 
 if TYPE_CHECKING:
@@ -40,8 +42,13 @@ _CLAIM = ("UPDATE handoffs SET state = 'claimed', claimed_by = %s, claimed_at = 
           " WHERE id = %s AND state = 'waiting' RETURNING " + _COLS)
 _CLOSE = ("UPDATE handoffs SET state = 'closed', closed_at = now() WHERE id = %s AND state = 'claimed'"
           " AND (%s::text IS NULL OR claimed_by = %s) RETURNING " + _COLS)
-_PUT_CHECKPOINT = ("INSERT INTO checkpoints (call_id, state) VALUES (%s, %s::jsonb) ON CONFLICT (call_id)"
-                   " DO UPDATE SET state = EXCLUDED.state, updated_at = now()")
+_PUT_CHECKPOINT = ("INSERT INTO checkpoints (call_id, epoch, state) VALUES (%s, %s, %s::jsonb) ON CONFLICT (call_id)"
+                   " DO UPDATE SET state = EXCLUDED.state, epoch = EXCLUDED.epoch, updated_at = now()"
+                   " WHERE checkpoints.epoch <= EXCLUDED.epoch RETURNING call_id")
+# The row lock orders two swaps from one epoch; the second sees the first's epoch and matches nothing.
+# The same swap again (retried after a broken connection) finds its own state and still wins.
+_SWAP_CHECKPOINT = ("UPDATE checkpoints SET state = %s::jsonb, epoch = %s, updated_at = now()"
+                    " WHERE call_id = %s AND (epoch = %s OR (epoch = %s AND state = %s::jsonb)) RETURNING call_id")
 
 Params = Sequence[object]
 
@@ -159,8 +166,12 @@ class PgStore:
                     yield row
 
     # -- checkpoints -----------------------------------------------------------------------
-    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> None:
-        self._run(_PUT_CHECKPOINT, (call_id, json_text(state)))
+    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> bool:
+        return bool(self._run(_PUT_CHECKPOINT, (call_id, checkpoint_epoch(state), json_text(state))))
+
+    def swap_checkpoint(self, call_id: str, epoch: int, state: Mapping[str, object]) -> bool:
+        text, new = json_text(state), checkpoint_epoch(state)
+        return bool(self._run(_SWAP_CHECKPOINT, (text, new, call_id, epoch, new, text)))
 
     def get_checkpoint(self, call_id: str) -> JsonObject | None:
         rows = self._run("SELECT state FROM checkpoints WHERE call_id = %s", (call_id,))

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
     (["train", "--corpus", "/no/such/corpus"], "corpus directory not found"),
     (["eval", "--corpus", str(ROOT / "tests" / "data" / "one_domain")], "needs at least two domains"),
     (["replay", "--kb", KB, "--role", "agnet", str(ROOT / "fixtures" / "audio" / "d01.wav")], "unknown role 'agnet'"),
+    (["client", "--text", "hi", "--resume-url", "http://127.0.0.1:1/v1/call"], "--resume-url http://"),
+    (["bench", "load", "--servers", "2", "--store", "jsonl"], "servers share calls through PostgreSQL"),
     (["nope"], "unknown command"),
 ])
 def test_bad_input_is_one_line_and_non_zero(argv, says):

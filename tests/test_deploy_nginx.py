@@ -53,9 +53,14 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 def start_nginx(prefix: Path, listen: int, upstream: int, cert: Path, key: Path) -> subprocess.Popen:
-    conf = (ROOT / "deploy" / "nginx.conf").read_text()
-    for name, value in (("LISTEN", f"127.0.0.1:{listen}"), ("UPSTREAM", f"127.0.0.1:{upstream}"),
-                        ("CERT", str(cert)), ("KEY", str(key))):
+    return run_nginx(prefix, "nginx.conf", listen, {"UPSTREAM": f"127.0.0.1:{upstream}"}, cert, key)
+
+
+def run_nginx(prefix: Path, name: str, listen: int, upstreams: dict[str, str], cert: Path,
+              key: Path) -> subprocess.Popen:
+    """deploy/`name` rendered (its @...@ placeholders) under `prefix`, running until terminated."""
+    conf = (ROOT / "deploy" / name).read_text()
+    for name, value in (("LISTEN", f"127.0.0.1:{listen}"), *upstreams.items(), ("CERT", str(cert)), ("KEY", str(key))):
         conf = conf.replace(f"@{name}@", value)
     assert not [ln for ln in conf.splitlines() if "@" in ln.split("#")[0]]  # every placeholder rendered
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from policy.decision import Action, Decision, Handoff, Reason
+from policy.session_state import SessionState
 from voice_agent.call.events import (AudioChunk, AudioEnd, AudioStart, ClearEvent, DecisionEvent,
                                      TranscriptEvent, TransferEvent)
 from voice_agent.transport.protocol import ERROR_CODES, ProtocolError, event_schemas, parse_client_event
@@ -37,8 +38,11 @@ class FakeCall:
     """Energy endpointing; 'human' in a turn → transfer, else answer; replies are a tone.
     `turn_delay` simulates ASR + policy time (to test draining on shutdown)."""
 
-    def __init__(self, role: str, facets: dict, config: dict, turn_delay: float = 0.05):
+    def __init__(self, role: str, facets: dict, config: dict, turn_delay: float = 0.05, state=None, on_turn=None):
         self.role, self.facets, self.config = role, facets, config
+        # the conversation the server checkpoints (a stand-in for the policy session's own)
+        self.state = state or SessionState(role=role, facets=facets)
+        self.on_turn = on_turn
         self.q: asyncio.Queue = asyncio.Queue()
         self.voiced_ms = 0
         self.quiet_ms = 0
@@ -87,6 +91,10 @@ class FakeCall:
                      message="Connecting you." if transfer else f"You said {text}.",
                      reasons=[Reason.human_requested if transfer else Reason.grounded_answer], handoff=handoff,
                      debug={"secret": "x"})
+        self.state.turns += 1
+        self.state.transcript += [f"caller: {text}", f"agent: {d.message}"]
+        if self.on_turn is not None:  # as the real call: after the turn, before the decision goes out
+            self.on_turn(self.state.model_copy(deep=True), d)
         await self.q.put(DecisionEvent(decision=d))
         await self._reply()
         if transfer:
@@ -126,8 +134,8 @@ class FakeRuntime:
         self.calls: list[FakeCall] = []
         self.turn_delay = turn_delay
 
-    def new_call(self, *, role="public", facets=None, config=None) -> FakeCall:
-        c = FakeCall(role, dict(facets or {}), config, self.turn_delay)
+    def new_call(self, *, role="public", facets=None, config=None, state=None, on_turn=None) -> FakeCall:
+        c = FakeCall(role, dict(facets or {}), config, self.turn_delay, state, on_turn)
         self.calls.append(c)
         return c
 
@@ -135,11 +143,13 @@ class FakeRuntime:
 class Srv:
     def __init__(self, **cfg: Any):
         self.runtime = FakeRuntime(cfg.pop("turn_delay", 0.05))
+        self.checkpoints = cfg.pop("checkpoints", None)  # a real store, for resume tests
         self.config = ServerConfig(**{"tokens": {"agent-token": "agent"}, **cfg})
         self.audit: list[dict] = []  # the server's own records (a list has the sink's `append`)
 
     async def __aenter__(self) -> "Srv":
-        self.state = ServerState(self.runtime, self.config, make_call_config=dict, audit=self.audit)
+        self.state = ServerState(self.runtime, self.config, make_call_config=dict, audit=self.audit,
+                                 checkpoints=self.checkpoints)
         self.server = await open_server(self.state, "127.0.0.1", 0)
         self.port = server_port(self.server)
         return self

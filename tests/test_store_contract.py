@@ -163,3 +163,35 @@ def test_checkpoints_keep_the_latest_state_per_call(stores):
     other = stores()
     assert other.get_checkpoint("call-1") == {"turn": 2, "facets": {}}
     assert other.get_checkpoint("call/2 ../x") == {"turn": 7}
+
+
+def test_checkpoint_epochs_fence_late_writes_and_one_resume_wins(stores):
+    a, b = stores(), stores()
+    a.put_checkpoint("call-9", {"epoch": 0, "turns": 1})
+    assert b.swap_checkpoint("call-9", 0, {"epoch": 1, "owner": "b", "turns": 1})  # b resumes the call
+    assert not a.swap_checkpoint("call-9", 0, {"epoch": 1, "owner": "a", "turns": 1})  # too late: b has it
+    assert not a.put_checkpoint("call-9", {"epoch": 0, "turns": 2})  # the old owner's late turn is refused
+    assert b.put_checkpoint("call-9", {"epoch": 1, "owner": "b", "turns": 2})
+    assert a.get_checkpoint("call-9") == {"epoch": 1, "owner": "b", "turns": 2}
+    assert not a.swap_checkpoint("no-such-call", 0, {"epoch": 1})
+
+
+def test_of_many_servers_resuming_one_call_at_once_exactly_one_wins(stores):
+    first = stores()
+    first.put_checkpoint("call-race", {"epoch": 3})
+    racers = [stores() for _ in range(6)]
+    go = threading.Barrier(len(racers))
+    won: list[int] = []
+
+    def resume(i: int) -> None:
+        go.wait()
+        if racers[i].swap_checkpoint("call-race", 3, {"epoch": 4, "owner": f"server-{i}"}):
+            won.append(i)
+
+    threads = [threading.Thread(target=resume, args=(i,)) for i in range(len(racers))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert len(won) == 1
+    assert first.get_checkpoint("call-race") == {"epoch": 4, "owner": f"server-{won[0]}"}

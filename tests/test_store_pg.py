@@ -135,4 +135,5 @@ def test_the_store_bench_measures_both_stores(pg_server):
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert [r["store"] for r in out["results"]] == ["jsonl", "postgresql"]
     assert all(r["seen"] == 5 and r["desk_p95_ms"] < 5000 and r["write_p50_ms"] > 0 for r in out["results"])
+    assert all(0 < r["checkpoint_p50_ms"] <= r["checkpoint_p95_ms"] for r in out["results"])
     assert out["cores"] >= 1 and len(out["load_average"]) == 3

@@ -39,3 +39,25 @@ def test_a_transfer_over_the_wire_lands_in_postgresql(pg_url, tmp_path):
         desk.shutdown()
     assert [r.id for r in seen] == [h["id"]]
     assert not (tmp_path / "handoffs.jsonl").exists()
+
+
+def test_bench_load_spreads_calls_over_two_servers_sharing_postgresql(pg_server):
+    import json
+    import subprocess
+    import sys
+
+    import psycopg
+
+    root = Path(__file__).resolve().parent.parent
+    p = subprocess.run([sys.executable, str(root / "run.py"), "bench", "load", "--servers", "2", "--calls", "2",
+                        "--compare", "--store", pg_server, "--json"], capture_output=True, text=True, cwd=root,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["servers"] == 2 and out["store"] == "postgresql" and out["errors"] == 0 and out["answered"] == 2
+    assert [(s["server"], s["calls"], s["errors"], s["exit"]) for s in out["per_server"]] == [(1, 1, 0, 0), (2, 1, 0, 0)]
+    assert all(s["turns_checkpointed"] >= 1 and s["checkpoint_p50_ms"] > 0 for s in out["per_server"])
+    assert out["baseline"]["servers"] == 1 and out["baseline"]["errors"] == 0 and out["baseline"]["answered"] == 2
+    assert "side by side, 2 calls" in p.stdout
+    with psycopg.connect(pg_server) as conn:  # the run's own schema is gone
+        assert not conn.execute("SELECT 1 FROM pg_namespace WHERE nspname LIKE 'bench_load_%'").fetchall()

@@ -5,13 +5,14 @@ implement them, so mypy catches a fake that drifts from the real class."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from policy.decision import Decision, Reason
 from policy.session import AsrSignal
+from policy.session_state import SessionState
 
 if TYPE_CHECKING:  # only for annotations: the stages import numpy/onnx at their own pace
     from .call.config import CallConfig
@@ -89,9 +90,9 @@ class PolicySession(Protocol):
 
     def record_timings(self, audit_id: str, timings: dict[str, float]) -> None: ...
 
-    def snapshot(self) -> tuple: ...
+    def snapshot(self) -> SessionState: ...
 
-    def restore(self, state: tuple, *, superseded: str | None = None, reason: str = "") -> None: ...
+    def restore(self, state: SessionState, *, superseded: str | None = None, reason: str = "") -> None: ...
 
     def degrade_to_transfer(self, decision: Decision, reason: Reason, message: str, question: str) -> Decision: ...
 
@@ -114,8 +115,14 @@ class CallLike(Protocol):
     async def close(self) -> None: ...
 
 
+# Called after each decided turn with the conversation's state and the decision, in the call's
+# worker thread, before the decision is sent on: the server checkpoints the call with it.
+TurnHook = Callable[[SessionState, Decision], None]
+
+
 class CallRuntime(Protocol):
     """What opens calls: `call.VoiceRuntime` (warm models shared by all calls), or a test fake."""
 
     def new_call(self, *, role: str = "public", facets: dict[str, str] | None = None,
-                 config: CallConfig | None = None) -> CallLike: ...
+                 config: CallConfig | None = None, state: SessionState | None = None,
+                 on_turn: TurnHook | None = None) -> CallLike: ...

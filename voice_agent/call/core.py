@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 import numpy as np
 
+from policy.session_state import SessionState
+
 from ..audio import Resampler
-from ..interfaces import PolicySession
+from ..interfaces import PolicySession, TurnHook
 from ..stages.asr import AsrResult
 from ..stages.bargein import BargeInDetector
 from ..stages.vad import StreamingVad, VadEvent
@@ -41,7 +43,7 @@ class Turn:
     early: bool = False  # ended before the full end-of-turn silence (see CallConfig.early_end_ms)
     continues: Turn | None = None  # the early-ended turn whose caller went on speaking: this is its rest
     superseded: bool = False  # an early turn that the caller went on with: do not speak its reply
-    snapshot: tuple | None = None  # conversation state before this (early) turn, to undo it when superseded
+    snapshot: SessionState | None = None  # conversation state before this (early) turn, to undo it when superseded
     audit_id: str = ""
     reply_id: str = ""  # its reply audio, once started
 
@@ -51,12 +53,16 @@ class CallCore:
     `Replies` the spoken output; each reads and writes this state only."""
 
     def __init__(self, runtime: "VoiceRuntime", *, role: str = "public", facets: dict[str, str] | None = None,
-                 config: CallConfig | None = None):
+                 config: CallConfig | None = None, state: SessionState | None = None,
+                 on_turn: TurnHook | None = None):
         self.runtime = runtime
         self.clock = runtime.clock  # every time a call reads: simulated in tests
         self.config = config or CallConfig()
-        self.role = role
-        self.session: PolicySession = runtime.engine.session(role=role, facets=dict(facets or {}))
+        self.role = state.role if state is not None else role
+        engine = runtime.engine
+        self.session: PolicySession = (engine.session(state=state) if state is not None
+                                       else engine.session(role=role, facets=dict(facets or {})))
+        self.on_turn = on_turn  # the server's checkpoint, after each decided turn
         self.id = self.session.session_id
         c = self.config
         self._vad = StreamingVad(end_silence_ms=c.end_silence_ms, max_turn_s=c.max_turn_s, threshold=c.vad_threshold,

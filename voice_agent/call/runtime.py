@@ -7,9 +7,10 @@ import threading
 from pathlib import Path
 
 from policy.engine import Engine
+from policy.session_state import SessionState
 from policy.store_api import HandoffStore
 
-from ..interfaces import Clock, MonotonicClock, Synthesizer, Transcriber
+from ..interfaces import Clock, MonotonicClock, Synthesizer, Transcriber, TurnHook
 from ..stages.asr import Transcriber as WhisperTranscriber
 from ..stages.asr import build_prompt
 from ..stages.tts import TtsClient
@@ -65,8 +66,11 @@ class VoiceRuntime:
         return self._prompts[role]
 
     def new_call(self, *, role: str = "public", facets: dict[str, str] | None = None,
-                 config: CallConfig | None = None) -> "CallSession":
-        return CallSession(self, role=role, facets=facets, config=config or CallConfig(asr_model=self.asr_model))
+                 config: CallConfig | None = None, state: SessionState | None = None,
+                 on_turn: TurnHook | None = None) -> "CallSession":
+        """A call; with `state`, the conversation continues from it (a resumed call)."""
+        return CallSession(self, role=role, facets=facets, config=config or CallConfig(asr_model=self.asr_model),
+                           state=state, on_turn=on_turn)
 
     def close(self) -> None:
         if self.tts is not None:

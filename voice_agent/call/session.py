@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import AsyncIterator, cast
 
 import numpy as np
@@ -292,4 +293,8 @@ class CallSession(Speculation, Replies):
             turn.snapshot = self.session.snapshot()
         out = self.session.turn(text, asr=asr, timings_ms=timings)
         turn.audit_id = out.audit_id
+        if self.on_turn is not None:  # before the decision goes out: a resumed call knows this turn
+            t = time.perf_counter()
+            self.on_turn(self.session.snapshot(), out.decision)
+            timings["checkpoint"] = (time.perf_counter() - t) * 1000
         return out

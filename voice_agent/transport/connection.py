@@ -64,7 +64,7 @@ async def serve_connection(ws: ServerConnection, state: ServerState, endpoint: s
         await finish(ws, state, conn.driver, how, report)
     except Fatal as f:
         how = f.code
-        if f.code == "unknown_token" and (wait := state.addresses.token_failed(addr)):
+        if f.code in ("unknown_token", "bad_resume") and (wait := state.addresses.token_failed(addr)):
             log_event("token_backoff", endpoint=endpoint, address=addr, seconds=wait)
         await report(f.code, f.message)
         await _close_driver(conn)

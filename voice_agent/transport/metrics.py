@@ -13,11 +13,12 @@ from policy.decision import Decision
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE_LATEST"]
 
-# decision timing (ms) -> stage label; the turn-end stages exist on spoken turns only
+# decision timing (ms) -> stage label; the turn-end stages exist on spoken turns only, the checkpoint
+# write on native calls
 STAGES = {"asr": "asr", "retrieve": "retrieve", "policy": "policy", "total_policy_path": "policy_path",
           "turn_end_to_decision": "turn_end_to_decision", "tts_first_audio": "tts_first_audio",
-          "turn_end_to_first_audio": "turn_end_to_first_audio"}
-BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
+          "turn_end_to_first_audio": "turn_end_to_first_audio", "checkpoint": "checkpoint"}
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5, 5.0, 10.0)
 
 
 class ServerMetrics:

@@ -17,6 +17,7 @@ from .connection import Connection, OnMessage, feed_with_turn_limit, recv_before
 from .driver import AudioGate, CallDriver
 from .protocol import (ERROR_CODES, PROTOCOL_VERSION, ErrorCode, Audio, AudioEnd, Clear, DecisionOut, Error, Played,
                        ProtocolError, Ready, Start, Stop, Text, Transcript, Transfer, encode, parse_client_event)
+from .resume import open_new, open_resumed
 from .state import Fatal, ServerState, log_event
 from .config import ServerConfig
 
@@ -76,20 +77,28 @@ async def _open_call(ws: ServerConnection, state: ServerState, conn: Connection,
                      report: Callable[[str, str], Awaitable[None]]) -> OnMessage:
     cfg = state.config
     start = await _await_start(ws, state, report)
-    role = cfg.role_for(start.token)
-    if role is None:
-        raise Fatal("unknown_token", "the token is not configured on this server", 1008)
+    if start.resume is not None:  # the role, facets and conversation come from the checkpoint
+        opening = await open_resumed(state.checkpoints, start.resume)
+    else:
+        role = cfg.role_for(start.token)
+        if role is None:
+            raise Fatal("unknown_token", "the token is not configured on this server", 1008)
+        opening = await open_new(state.checkpoints, role, dict(start.caller))
+    talk, cp = opening.state, opening.checkpointer
     out_rate = start.output_sample_rate or start.sample_rate
     call = state.runtime.new_call(
-        role=role, facets=dict(start.caller),
+        role=talk.role, facets=dict(talk.facets),
         config=state.call_config(input_rate=start.sample_rate, output_rate=out_rate, output_encoding="pcm16"),
+        state=talk, on_turn=cp.on_turn if cp is not None else None,
     )
     wire = NativeWire(ws)
     driver = conn.driver = CallDriver(call, wire.emit, conn.session, "native", state.metrics)
     driver.end_silence_ms = cfg.end_silence_ms
-    log_event("call_start", session=conn.session, endpoint="native", role=role, facets=sorted(start.caller),
-              sample_rate=start.sample_rate, active=state.active)
-    await wire.send(Ready(session=conn.session, role=role, sample_rate=start.sample_rate, output_sample_rate=out_rate))
+    log_event("call_start", session=conn.session, endpoint="native", role=talk.role, facets=sorted(talk.facets),
+              sample_rate=start.sample_rate, active=state.active, call_id=talk.session_id, resumed=opening.resumed)
+    await wire.send(Ready(session=conn.session, call_id=talk.session_id, resume_token=opening.token,
+                          resumed=opening.resumed, turns=talk.turns, role=talk.role, sample_rate=start.sample_rate,
+                          output_sample_rate=out_rate))
     driver.start()
     return _message_handler(driver, wire, cfg, start.sample_rate, report)
 

@@ -22,7 +22,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "ERROR_CODES",
     "ProtocolError",
-    "Start", "Text", "Played", "Stop", "ClientEvent",
+    "Resume", "Start", "Text", "Played", "Stop", "ClientEvent",
     "Ready", "Transcript", "DecisionOut", "Audio", "AudioEnd", "Clear", "Transfer", "Error", "ServerEvent",
     "parse_client_event",
     "encode",
@@ -44,6 +44,8 @@ ERROR_CODES: dict[str, str] = {
     "frame_too_large": "a websocket message over the server's frame limit (fatal, close 1009)",
     "busy": "the server is at its concurrent-call limit (fatal, close 1013)",
     "unknown_token": "`start.token` is not configured on the server (fatal, close 1008)",
+    "bad_resume": "`start.resume` names no call with that token in the store, a call handed to a person, or one "
+                  "another server resumed first (fatal, close 1008)",
     "rate_limited": "this address is over a per-address limit: connection rate or wrong-token backoff (fatal, "
                     "close 1008)",
     "session_too_long": "the call exceeded the server's session limit (fatal)",
@@ -57,7 +59,7 @@ ERROR_CODES: dict[str, str] = {
 }
 ErrorCode = Literal[
     "bad_json", "unknown_event", "bad_event", "not_started", "already_started", "bad_protocol",
-    "bad_sample_rate", "bad_audio", "frame_too_large", "busy", "unknown_token", "rate_limited",
+    "bad_sample_rate", "bad_audio", "frame_too_large", "busy", "unknown_token", "bad_resume", "rate_limited",
     "session_too_long", "turn_too_long", "too_many_errors", "internal", "idle_timeout",
     "turn_failed", "tts_unavailable", "call_failed",
 ]
@@ -75,6 +77,14 @@ class ProtocolError(Exception):
 # ------------------------------------------------------------------------- client → server
 
 
+class Resume(BaseModel):
+    """The call a reconnecting client goes on with: `ready.call_id` and `ready.resume_token`."""
+
+    model_config = {"extra": "forbid"}
+    call_id: str = Field(min_length=1, max_length=64)
+    token: str = Field(min_length=1, max_length=256)
+
+
 class Start(BaseModel):
     """First event of a call: protocol version, caller audio format, credentials, caller facets."""
 
@@ -85,6 +95,8 @@ class Start(BaseModel):
     output_sample_rate: int | None = Field(None, description="rate for reply audio (default: sample_rate)")
     token: str | None = Field(None, description="maps to the caller's role server-side; none = public")
     caller: dict[str, str] = Field(default_factory=dict, description="known caller facets, e.g. customer_type")
+    resume: Resume | None = Field(None, description="go on with a call whose connection was lost, on any server "
+                                                    "sharing its store; `token` and `caller` are then ignored")
 
 
 class Text(BaseModel):
@@ -119,10 +131,16 @@ _CLIENT_TYPES = {"start", "text", "played", "stop"}
 
 
 class Ready(BaseModel):
-    """The call is open; `session` names it in server logs and audits."""
+    """The call is open; `session` names this connection in server logs, `call_id` the call (its
+    audit records' `session`) across reconnections."""
 
     type: Literal["ready"] = "ready"
     session: str
+    call_id: str
+    resume_token: str = Field(description="with `call_id`, resumes this call after a lost connection; the same "
+                                          "for the whole call; the server keeps only its hash")
+    resumed: bool = Field(False, description="the call goes on from its checkpoint (start.resume)")
+    turns: int = Field(0, description="turns the call has decided so far")
     protocol: int = PROTOCOL_VERSION
     role: str = "public"
     sample_rate: int = Field(16000, description="caller audio rate the server expects")

@@ -158,7 +158,7 @@ def _serve(args: argparse.Namespace, runtime: VoiceRuntime, config: ServerConfig
     """Serve until signalled, then close the runtime (TTS workers) and flush the logs."""
     async def main() -> int:
         state = ServerState(runtime, config, asr_model=args.asr_model, audit=runtime.engine.audit,
-                            store=runtime.engine.store)
+                            store=runtime.engine.store, checkpoints=runtime.engine.store)
         try:
             return await run_until_signal(state, args.host, args.port)
         except OSError as e:

@@ -1,5 +1,5 @@
-"""Process-wide server state (config, warm runtime, call slots, shutdown flag), the connection-
-ending `Fatal` error and the one-JSON-line event log every endpoint writes."""
+"""Process-wide server state (config, warm runtime, call slots, shutdown flag, the checkpoint
+store), the connection-ending `Fatal` error and the one-JSON-line event log every endpoint writes."""
 from __future__ import annotations
 
 import asyncio
@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Literal, Protocol
 
+from kb.jsontypes import JsonObject
 from voice_agent.call import CallConfig
 from voice_agent.interfaces import CallRuntime
 
@@ -43,6 +44,16 @@ class AuditSink(Protocol):
     def append(self, record: Mapping[str, object]) -> None: ...
 
 
+class CheckpointStore(Protocol):
+    """The checkpoint half of the handoff store (policy/store_api.py), as transport/resume.py uses it."""
+
+    def put_checkpoint(self, call_id: str, state: Mapping[str, object]) -> bool: ...
+
+    def get_checkpoint(self, call_id: str) -> JsonObject | None: ...
+
+    def swap_checkpoint(self, call_id: str, epoch: int, state: Mapping[str, object]) -> bool: ...
+
+
 class CallConfigFactory(Protocol):
     """Builds a call's config from the server's settings (`default_call_config`; tests swap it)."""
 
@@ -61,11 +72,12 @@ class ServerState:
 
     def __init__(self, runtime: CallRuntime, config: ServerConfig, *, asr_model: str = "tiny.en",
                  make_call_config: CallConfigFactory | None = None, audit: AuditSink | None = None,
-                 store: HandoffStore | None = None):
+                 store: HandoffStore | None = None, checkpoints: CheckpointStore | None = None):
         self.runtime = runtime
         self.config = config
         self.audit = audit
         self.store = store  # the handoff desk's source (GET /v1/handoffs)
+        self.checkpoints = checkpoints  # where native calls are checkpointed, to resume (None: nowhere)
         self.asr_model = asr_model
         self.make_call_config: CallConfigFactory = make_call_config or default_call_config
         self.active = 0
