@@ -45,6 +45,8 @@ def usage() -> str:
 def bench(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHES:
         print(f"usage: python3 run.py bench {{{'|'.join(BENCHES)}}} [options]", file=sys.stderr)
+        if argv and argv[0] not in ("-h", "--help"):
+            print(f"error: unknown benchmark {argv[0]!r}; choose one of {', '.join(BENCHES)}", file=sys.stderr)
         return 2
     return int(importlib.import_module(BENCHES[argv[0]]).cli(argv[1:]) or 0)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import math
+import os
 import json
 import sys
 from dataclasses import dataclass
@@ -208,6 +209,10 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--write", action="store_true", help=f"write the scorer to {DEFAULT_MODEL_FILE.name}")
     p.add_argument("--out", help="write the scorer here instead")
     args = p.parse_args(argv)
+    target = Path(args.out) if args.out else (DEFAULT_MODEL_FILE if args.write else None)
+    if target is not None and not (target.parent.is_dir() and os.access(target.parent, os.W_OK)):
+        print(f"error: --out {target}: cannot write there (no such folder, or no permission)", file=sys.stderr)
+        return 2  # said before minutes of fitting, not after
     try:
         domains = discover(args.corpus)
     except CasesError as exc:
@@ -222,8 +227,11 @@ def cli(argv: list[str]) -> int:
           f"from {', '.join(cast('list[str]', scorer.meta['domains']))}")  # as fit() wrote them
     for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):
         print(f"  {name:<14}{weight:.3f} importance")
-    target = Path(args.out) if args.out else (DEFAULT_MODEL_FILE if args.write else None)
     if target:
-        target.write_text(json.dumps(scorer.to_json(), indent=1) + "\n", encoding="utf-8")
+        try:
+            target.write_text(json.dumps(scorer.to_json(), indent=1) + "\n", encoding="utf-8")
+        except OSError as exc:
+            print(f"error: --out {target}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
         print(f"wrote {target}")
     return 0

@@ -29,6 +29,17 @@ pytestmark = pytest.mark.slow
     (["client", "--text", "hi", "--resume-url", "http://127.0.0.1:1/v1/call"], "--resume-url http://"),
     (["bench", "load", "--servers", "2", "--store", "jsonl"], "servers share calls through PostgreSQL"),
     (["nope"], "unknown command"),
+    (["kb", "check", "--kb", "/no/such/kb"], "knowledge base directory not found"),
+    (["kb", "lint"], "invalid choice"),
+    (["handoffs", "--state", "waiting2"], "invalid choice"),
+    (["serve", "--kb", KB, "--port", "notaport"], "invalid int value"),
+    (["bench", "nope"], "unknown benchmark 'nope'"),
+    (["calibrate", "--kb", KB, "--cases", "/no/cases.yaml"], "cases file not found"),
+    (["policy-stats", "--bogus"], "unrecognized arguments"),
+    (["schema", "--bogus"], "unrecognized arguments"),
+    (["eval", "--kb", KB, "--cases", str(ROOT / "fixtures" / "cases.yaml"), "--max-audio-s", "0"], "more than 0"),
+    (["client", "--url", "ftp://x", "a.wav"], "expected ws://"),
+    (["train", "--corpus", str(ROOT / "fixtures" / "domains"), "--out", "/proc/nope/scorer.json"], "cannot write there"),
 ])
 def test_bad_input_is_one_line_and_non_zero(argv, says):
     p = subprocess.run([sys.executable, str(ROOT / "run.py"), *argv], capture_output=True, text=True, timeout=180,

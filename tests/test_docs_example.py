@@ -88,3 +88,34 @@ def test_the_agent_passes_every_example_case(tmp_path):
             failures[row["id"]] = row["failures"] + [d["message"] for d in row["decisions"]]
     assert metrics["case_pass_rate"] == 1.0, failures
     assert metrics["unsafe_answers"] == 0, failures
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_the_example_kb_served_answers_its_cases_over_the_websocket(tmp_path):
+    """The reader's last step: `run.py serve` on the example KB, typed turns of the example's
+    single-turn cases over the native protocol, the expected action for each."""
+    import asyncio
+
+    from evaluation.cases import load_cases
+    from voice_agent.bench_servers import start_server, stop_server
+    from voice_agent.client import stream_call
+
+    kb_dir, cases_file = write_example(tmp_path / "bike")
+    cases = [c for c in load_cases(cases_file) if len(c.caller_turns) == 1 and not c.faults and not c.caller.all_facets()
+             and c.role("public") == "public"][:4]
+    assert len(cases) >= 3
+    state = tmp_path / "state"
+    state.mkdir()
+    proc, port = start_server(str(kb_dir), state, max_calls=2, asr_model="tiny.en",
+                              extra=["--date", str(load_cases(cases_file).today)])
+    try:
+        got = {}
+        for c in cases:
+            res = asyncio.run(stream_call(f"ws://127.0.0.1:{port}/v1/call", texts=[c.caller_turns[0]],
+                                          realtime=False, timeout_s=120))
+            got[c.id] = (res.decisions[0]["action"] if res.decisions else None, c.expected_per_turn()[0] or [])
+    finally:
+        stop_server(proc)
+    wrong = {cid: g for cid, g in got.items() if g[0] not in [a.value for a in g[1]]}
+    assert not wrong, wrong

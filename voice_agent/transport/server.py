@@ -17,6 +17,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.http11 import Request
 
 from kb.loader import kb_dir_error
+from policy.cli import iso_date
 from policy.store_api import HandoffStore, StoreError
 from policy.store_select import add_store_arg, open_store
 from voice_agent.call import VoiceRuntime
@@ -97,6 +98,8 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--max-calls", type=int, help="concurrent-call limit (overrides the config)")
     ap.add_argument("--asr-model", default="tiny.en")
     ap.add_argument("--state-dir", default="var", help="where audits and handoff packages are stored")
+    ap.add_argument("--date", type=iso_date, help="decide as of this ISO date, not today (demos and tests of a "
+                    "dated KB)")
     ap.add_argument("--policy", help="policy YAML (default: the built-in policy)")
     ap.add_argument("--tts-workers", type=int, default=None,
                     help="piper worker processes shared by all calls (default: one per concurrent call, at most 4)")
@@ -126,6 +129,7 @@ def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: i
         t0 = time.monotonic()
         runtime = VoiceRuntime.load(args.kb, asr_model=args.asr_model, state_dir=args.state_dir,
                                     policy_file=args.policy, tts=tts_workers == 1, store=store)
+        runtime.engine.on_date = args.date
         if tts_workers > 1:
             # Concurrent calls: with one worker every reply waits for the whole previous reply
             # to render; a small pool lets replies start in parallel.
