@@ -353,8 +353,7 @@ class TtsPool:
     def __init__(self, size: int = 2, voice: str = "joe", **client_kw: Unpack[ClientOptions]) -> None:
         if size < 1:
             raise ValueError("TtsPool size must be at least 1")
-        # Several workers on few cores render faster together on one onnxruntime thread each
-        # (4 first sentences at once on 2 cores: 116-400 ms vs 380-570 ms with a thread per core).
+        # one onnxruntime thread per worker: 4 first sentences on 2 cores in 116-400 ms, not 380-570
         client_kw.setdefault("threads", 1 if size > 1 else 0)
         self.clients = [TtsClient(voice, **client_kw) for _ in range(size)]
         self._idle: queue.Queue[TtsClient] = queue.Queue()
@@ -385,6 +384,10 @@ class TtsPool:
             yield from client.synthesize(text, **kw)
         finally:
             self._idle.put(client)
+
+    @property
+    def restarts(self) -> int:
+        return sum(c.restarts for c in self.clients)
 
     def close(self) -> None:
         for c in self.clients:
