@@ -95,14 +95,9 @@ def _line_of(path: Path, reason: str) -> int:
 
 def _heading_lines(path: Path) -> dict[str, int]:
     out: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    except OSError:
-        return out
-    for i, line in enumerate(lines, start=1):
+    for i, line in enumerate(_text_lines(path), start=1):
         if m := re.match(r"^#{1,6}[ \t]+(.+?)[ \t]*#*[ \t]*$", line):
-            slug = slugify(m.group(1))
-            out.setdefault(slug, i)
+            out.setdefault(slugify(m.group(1)), i)
     return out
 
 
@@ -115,16 +110,19 @@ def _did_you_mean_keys(reason: str) -> str:
 def _key_lines(path: Path) -> dict[str, int]:
     """Line of each top-level front-matter key (the file's first line is the opening '---')."""
     out: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
-    except OSError:
-        return out
-    for i, line in enumerate(lines[1:], start=2):
+    for i, line in enumerate(_text_lines(path)[1:], start=2):
         if line.strip() in ("---", "..."):
             break
         if m := _KEY_LINE.match(line):
             out.setdefault(m.group(1), i)
     return out
+
+
+def _text_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").split("\n")
+    except OSError:
+        return []
 
 
 def _rare_and_close(counts: Counter[str]) -> list[tuple[str, str]]:
