@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -137,21 +138,32 @@ def _rare_and_close(counts: Counter[str]) -> list[tuple[str, str]]:
     return out
 
 
+Reader = Callable[[Document], list[str]]  # the names of one kind a document uses
+
+
+def _name_kinds(docs: list[Document]) -> list[tuple[str, str, Reader]]:
+    """(what it is called, its front-matter key, how to read it off a document)."""
+    kinds: list[tuple[str, str, Reader]] = [
+        ("acl role", "acl", lambda d: list(d.acl)),
+        ("team", "handoff_team", lambda d: [d.handoff_team] if d.handoff_team else []),
+        ("facet", "applies_to", lambda d: list(d.applies_to)),
+    ]
+    for k in sorted({k for d in docs for k in d.applies_to}):
+        kinds.append((f"{k} value", "applies_to", _facet_value(k)))
+    return kinds
+
+
+def _facet_value(key: str) -> Reader:
+    return lambda d: [d.applies_to[key]] if key in d.applies_to else []
+
+
 def _near_duplicates(kb: KnowledgeBase, lines: dict[str, dict[str, int]]) -> list[Finding]:
     out = []
     docs = sorted(kb.docs.values(), key=lambda d: d.path)
-    named: list[tuple[str, str, Counter[str]]] = [
-        ("acl role", "acl", Counter(r for d in docs for r in d.acl)),
-        ("team", "handoff_team", Counter(d.handoff_team for d in docs if d.handoff_team)),
-    ]
-    facets = sorted({k for d in docs for k in d.applies_to})
-    named += [(f"{k} value", "applies_to", Counter(d.applies_to[k] for d in docs if k in d.applies_to))
-              for k in facets]
-    named.append(("facet", "applies_to", Counter(k for d in docs for k in d.applies_to)))
-    for what, key, counts in named:
-        for rare, meant in _rare_and_close(counts):
+    for what, key, read in _name_kinds(docs):
+        for rare, meant in _rare_and_close(Counter(n for d in docs for n in read(d))):
             for d in docs:
-                if rare in _values(d, key, what):
+                if rare in read(d):
                     out.append(Finding(d.path, lines[d.path].get(key, 1), "warning",
                                        f"{what} {rare!r} is used once; did you mean {meant!r}?"))
     return out
@@ -169,16 +181,6 @@ def _lonely_teams(kb: KnowledgeBase) -> list[Finding]:
                                f"team {d.handoff_team!r} is named by this document only (it is spoken to callers: "
                                "check the spelling)"))
     return out
-
-
-def _values(doc: Document, key: str, what: str) -> list[str]:
-    if key == "acl":
-        return list(doc.acl)
-    if key == "handoff_team":
-        return [doc.handoff_team] if doc.handoff_team else []
-    if what == "facet":
-        return list(doc.applies_to)
-    return [doc.applies_to.get(what.removesuffix(" value"), "")]
 
 
 def _reach(kb: KnowledgeBase, lines: dict[str, dict[str, int]], roles: set[str] | None) -> list[Finding]:

@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import threading
-from typing import TYPE_CHECKING, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from kb.jsontypes import JsonObject
 
@@ -111,21 +111,21 @@ class PgStore:
         return _row(rows[0]) if rows else None
 
     def claim(self, handoff_id: str, agent: str) -> Outcome:
-        for _ in range(3):  # the row may appear between the update and the look at why it did nothing
-            rows = self._run(_CLAIM, (agent, handoff_id))
-            if rows:
-                return Outcome(True, row=_row(rows[0]))
-            verdict = judge_claim(handoff_id, self._get(handoff_id), agent)
-            if verdict is not None:
-                return verdict
-        return Outcome(False, f"handoff {handoff_id} is changing under us; try again")
+        return self._move(handoff_id, _CLAIM, (agent, handoff_id), lambda row: judge_claim(handoff_id, row, agent))
 
     def close(self, handoff_id: str, agent: str | None = None) -> Outcome:
+        return self._move(handoff_id, _CLOSE, (handoff_id, agent, agent),
+                          lambda row: judge_close(handoff_id, row, agent))
+
+    def _move(self, handoff_id: str, sql: str, params: Params,
+              judge: Callable[[HandoffRow | None], Outcome | None]) -> Outcome:
+        """One lifecycle step as one UPDATE; when it changes nothing, the row as it now stands says
+        why (tried again if the row changed in between)."""
         for _ in range(3):
-            rows = self._run(_CLOSE, (handoff_id, agent, agent))
+            rows = self._run(sql, params)
             if rows:
                 return Outcome(True, row=_row(rows[0]))
-            verdict = judge_close(handoff_id, self._get(handoff_id), agent)
+            verdict = judge(self._get(handoff_id))
             if verdict is not None:
                 return verdict
         return Outcome(False, f"handoff {handoff_id} is changing under us; try again")

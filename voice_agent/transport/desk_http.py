@@ -32,7 +32,7 @@ def _error(status: int, message: str) -> DeskAnswer:
 def list_handoffs(store: HandoffStore | None, config: ServerConfig, target: str,
                   authorization: str | None) -> DeskAnswer:
     """The answer to one request (blocking: the server runs it off the event loop)."""
-    token = (authorization or "").removeprefix("Bearer ").strip() if authorization else ""
+    token = (authorization or "").removeprefix("Bearer ").strip()
     role = config.tokens.get(token) if token else None
     if role is None:
         return _error(401, "a desk token is required: Authorization: Bearer <token>")

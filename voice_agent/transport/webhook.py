@@ -27,7 +27,7 @@ class WebhookSender:
         self.timeout_s, self.backoff_s = timeout_s, backoff_s
         self.on_outcome = on_outcome  # "delivered" | "failed": for the metrics
         self.log = log or (lambda event, **fields: None)  # the server's one-JSON-line event log
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=1000)
+        self._queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue(maxsize=1000)  # (handoff id, body)
         self._task: asyncio.Task | None = None
 
     def notify(self, handoff: Handoff, session: str) -> None:
@@ -37,7 +37,7 @@ class WebhookSender:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._worker(), name="webhook")
         try:
-            self._queue.put_nowait(body)
+            self._queue.put_nowait((handoff.id, body))
         except asyncio.QueueFull:
             self.log("webhook_dropped", handoff=handoff.id, reason="queue full")
             self._count("failed")
@@ -53,14 +53,13 @@ class WebhookSender:
 
     async def _worker(self) -> None:
         while True:
-            body = await self._queue.get()
+            hid, body = await self._queue.get()
             try:
-                await self._deliver(body)
+                await self._deliver(hid, body)
             finally:
                 self._queue.task_done()
 
-    async def _deliver(self, body: bytes) -> None:
-        hid = json.loads(body)["handoff"]["id"]
+    async def _deliver(self, hid: str, body: bytes) -> None:
         error = ""
         for attempt in range(self.retries + 1):
             if attempt:
