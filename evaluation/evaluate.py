@@ -24,14 +24,17 @@ from policy.decision import Action, Decision
 from policy.engine import Engine, Session
 from policy.numbers import number_values
 
+from .audio_gap import channels_of, format_gap, gap_rows, hearing_lines
 from .cases import Case, CasesError, load_cases
 from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
 
 POLICIES = ("gated", "threshold", "minimal")
-# (case, wav path) -> (transcripts, decisions[, problems]): one transcript and one decision per
-# detected caller turn; the optional problems (no reply audio, call errors) fail the case.
-AudioRunner = Callable[[Case, Path], "tuple[list[str], list[Decision]] | tuple[list[str], list[Decision], list[str]]"]
+# (case, wav path) -> (transcripts, decisions[, problems[, hearing]]): one transcript and one decision
+# per detected caller turn; the optional problems (no reply audio, call errors) fail the case; the
+# optional hearing gives per turn ASR's first hearing and the policy's reading.
+AudioRunner = Callable[[Case, Path], "tuple[list[str], list[Decision]] | tuple[list[str], list[Decision], list[str]]"
+                       " | tuple[list[str], list[Decision], list[str], list[tuple[str, str]]]"]
 # (kb dir, state dir, policy file, decision date, default role) -> (engine, audio runner)
 # (kb, state dir, policy file, date, default role, longest recording in seconds) -> engine and runner
 AudioSetup = Callable[[str, str, "str | None", "dt.date | None", str, float], tuple[Engine, AudioRunner]]
@@ -119,6 +122,7 @@ def run_audio_case_result(engine: Engine, case: Case, wav: Path, runner: AudioRu
     got = runner(case, wav)
     transcripts, decisions = got[0], got[1]
     problems: list[str] = list(got[2]) if len(got) > 2 else []
+    hearing: list[tuple[str, str]] = list(got[3]) if len(got) > 3 else []
     expected = case.expected_per_turn()
     n_turns = len(case.caller_turns)
     # A turn the voice path never decided on (VAD merged it, ASR heard nothing) still counts: the
@@ -128,9 +132,11 @@ def run_audio_case_result(engine: Engine, case: Case, wav: Path, runner: AudioRu
     records = []
     for i, decision in enumerate(decisions_by_turn):
         sources = cited_sources(engine, decision)
+        transcript = transcripts[i] if i < len(transcripts) else None
+        raw, said = hearing[i] if i < len(hearing) else ("", "")
         records.append(TurnRecord(case_id=case.id, bucket=case.bucket, index=i, question=case.caller_turns[i],
-                                  transcript=transcripts[i] if i < len(transcripts) else None,
-                                  expected=expected[i], decision=decision, sources=sources))
+                                  transcript=transcript, heard=raw if raw and raw != transcript else None,
+                                  said=said or None, expected=expected[i], decision=decision, sources=sources))
     failures = case_failures(case, records)
     if len(decisions) != n_turns:
         problems.insert(0, f"audio: {len(decisions)} decision(s) for {n_turns} caller turn(s)")
@@ -275,7 +281,8 @@ def _print_failures(results: list[CaseResult], limit: int) -> None:
     for r in bad[:limit]:
         print(f"  {r.case.id} [{r.case.bucket}]: {'; '.join(r.failures)}")
         if r.mode == "audio":  # what was heard decides an audio case: show it beside the failure
-            print(f"      heard: {' | '.join(t.transcript or '' for t in r.turns) or '(nothing)'}")
+            for line in hearing_lines(r):
+                print(f"      {line}")
     if len(bad) > limit:
         print(f"  ... and {len(bad) - limit} more (see --out)")
 
@@ -379,6 +386,10 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             print(format_table(metrics))
             print()
             print(format_confusion(metrics))
+            if runner is not None:
+                print("\n" + format_gap(gap_rows(results, lambda r: run_text_case(engine, r.case, policy=policy,
+                                                                                 default_role=args.role),
+                                                   channels_of(audio_dir) if audio_dir else {}, costs_of(engine))))
             _print_failures(results, args.failures)
             if args.out:
                 print(f"\nwrote {metrics['out']}, {metrics['png']} and {metrics['buckets_png']}")

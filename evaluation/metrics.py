@@ -96,7 +96,9 @@ class TurnRecord(BaseModel):
     bucket: str
     index: int
     question: str
-    transcript: str | None = None  # audio cases: what ASR heard
+    transcript: str | None = None  # audio cases: what ASR heard (after its KB-prompted second pass)
+    heard: str | None = None  # audio cases: ASR's first hearing, when the second pass changed it
+    said: str | None = None  # audio cases: the turn as the policy read it (normalized, repaired)
     expected: list[Action] | None  # acceptable actions; None: this turn is not scored on action
     decision: Decision
     sources: list[CitedSource] = Field(default_factory=list)

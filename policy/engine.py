@@ -12,6 +12,7 @@ from kb.loader import KnowledgeBase, load_kb, visible_to
 from kb.models import Hit
 from kb.retrieve import Retriever
 from kb.soft_match import SoftMatcher
+from kb.sound import SoundIndex
 
 from .config import PolicyConfig, load_policy_config
 from .facets import FacetReader, scoped_context
@@ -52,6 +53,7 @@ class Engine:
         self._soft: SoftMatcher | None = None
         self._progress = progress  # progress bars while embedding (CLI use)
         self._vocab: dict[str, list[str]] = {}
+        self._sounds: dict[str, SoundIndex] = {}
         self._roles: set[str] | None = None
         # per role, from the KB and the config, which do not change under a running engine
         self._teams: dict[str, set[str]] = {}
@@ -107,6 +109,17 @@ class Engine:
         if role not in self._vocab:
             self._vocab[role] = self.retriever.vocabulary(role)
         return self._vocab[role]
+
+    def sound_index(self, role: str = "public") -> SoundIndex:
+        """Every word of the KB this role may see, by sound: repairs of misheard words."""
+        if role not in self._sounds:
+            self._sounds[role] = SoundIndex(self.retriever.vocabulary(role, limit=100_000))
+        return self._sounds[role]
+
+    def request_phrases(self) -> list[str]:
+        """How callers ask for a person (the policy file's examples): a second decode's prompt."""
+        intent = self.config.intents.get("human_request")
+        return list(intent.examples) if intent else []
 
     def kb_facets(self, role: str) -> dict[str, set[str]]:
         """Facet values in the documents this role may see (restricted docs reveal nothing)."""

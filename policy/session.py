@@ -38,6 +38,7 @@ class AsrSignal(BaseModel):
     no_speech_prob: float | None = None
     low_confidence: bool = False
     raw_text: str = ""
+    repair: str = ""  # how the first hearing became this text, when it did (a second decode, sound-alikes)
 
 
 class TurnOutcome(BaseModel):

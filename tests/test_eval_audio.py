@@ -31,8 +31,8 @@ class Ev:
 class FakeCall:
     """Emits, for every ~1 s of fed audio, a transcript, a decision and (unless mute) reply audio."""
 
-    def __init__(self, role, facets, mute=False):
-        self.role, self.facets, self.mute = role, facets, mute
+    def __init__(self, role, facets, mute=False, reheard=False):
+        self.role, self.facets, self.mute, self.reheard = role, facets, mute, reheard
         self.q: asyncio.Queue = asyncio.Queue()
         self.fed = 0
         self.closed = False
@@ -48,8 +48,11 @@ class FakeCall:
         for i in range(turns):
             await asyncio.sleep(0.01)  # decisions arrive after end_of_input returns
             await self.q.put(Ev("transcript", text=f"turn {i}", final=False))
-            await self.q.put(Ev("transcript", text=f"turn {i}", final=True))
-            await self.q.put(Ev("decision", decision=Decision(action=Action.refuse, message=f"no {i}")))
+            await self.q.put(Ev("transcript", text=f"turn {i}", final=True, raw_text=f"turn {i}"))
+            if self.reheard:  # the repair pass: a second final transcript before the decision
+                await self.q.put(Ev("transcript", text=f"turn {i}!", final=True, raw_text=f"turn {i}"))
+            await self.q.put(Ev("decision", decision=Decision(action=Action.refuse, message=f"no {i}"),
+                                said=f"said {i}"))
             if not self.mute:
                 await self.q.put(Ev("audio_start", id=i, sample_rate=16000, encoding="pcm16"))
                 await self.q.put(Ev("audio_chunk", id=i, data=b"\x00\x01" * 100))
@@ -64,12 +67,12 @@ class FakeCall:
 
 
 class FakeRuntime:
-    def __init__(self, mute=False):
-        self.mute = mute
+    def __init__(self, mute=False, reheard=False):
+        self.mute, self.reheard = mute, reheard
         self.calls: list[FakeCall] = []
 
     def new_call(self, *, role="public", facets=None, config=None):
-        self.calls.append(FakeCall(role, facets, self.mute))
+        self.calls.append(FakeCall(role, facets, self.mute, self.reheard))
         return self.calls[-1]
 
 
@@ -86,9 +89,10 @@ def wav(tmp_path: Path, seconds: float, sr: int = 8000) -> Path:
 @pytest.mark.unit
 def test_runner_collects_final_transcripts_and_decisions(tmp_path):
     rt = FakeRuntime()
-    transcripts, decisions, problems = run_audio_case(rt, case(2, customer_type="business"), wav(tmp_path, 2.0),
-                                                      config=object(), role="agent")
+    transcripts, decisions, problems, hearing = run_audio_case(rt, case(2, customer_type="business"),
+                                                               wav(tmp_path, 2.0), config=object(), role="agent")
     assert transcripts == ["turn 0", "turn 1"]
+    assert hearing == [("turn 0", "said 0"), ("turn 1", "said 1")]
     assert [d.message for d in decisions] == ["no 0", "no 1"]
     assert problems == []
     call = rt.calls[0]
@@ -97,8 +101,16 @@ def test_runner_collects_final_transcripts_and_decisions(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_second_hearing_replaces_the_first_rather_than_adding_a_turn(tmp_path):
+    transcripts, decisions, _, hearing = run_audio_case(FakeRuntime(reheard=True), case(2), wav(tmp_path, 2.0),
+                                                        config=object())
+    assert transcripts == ["turn 0!", "turn 1!"] and len(decisions) == 2
+    assert hearing == [("turn 0", "said 0"), ("turn 1", "said 1")]
+
+
+@pytest.mark.unit
 def test_runner_reports_missing_reply_audio(tmp_path):
-    _, decisions, problems = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object(),
+    _, decisions, problems, _ = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object(),
                                             quiet_s=0.2)
     assert len(decisions) == 1
     assert problems == ["audio: no reply audio for turn(s) [1]"]
@@ -178,3 +190,31 @@ def test_eval_audio_dir_through_real_voice_path(tmp_path):
     # the raw transcript ("voice mail"); the engine repairs it to the KB term before retrieval
     assert "voicemail" in lines["vm1"]["transcripts"][0].lower().replace(" ", "")
     assert lines["vm1"]["ok"], lines["vm1"]["failures"]
+
+
+@pytest.mark.unit
+def test_voice_is_compared_with_text_per_channel(tmp_path):
+    from evaluation.audio_gap import channels_of, format_gap, gap_rows
+    from evaluation.metrics import CaseResult, TurnRecord
+    from policy.config import Costs
+
+    (tmp_path / "manifest.yaml").write_text("files:\n- {id: a, telephone: true}\n- {id: b, noise: {kind: pink}}\n"
+                                           "- {id: c, telephone: false, noise: null}\n")
+    channels = channels_of(tmp_path)
+    assert channels == {"a": "telephone", "b": "noisy", "c": "wideband"}
+
+    def result(cid: str, action: Action, mode: str, bucket: str = "human_request") -> CaseResult:
+        c = Case.model_validate({"id": cid, "bucket": bucket, "question": "q", "expect": {"action": "transfer"}})
+        rec = TurnRecord(case_id=cid, bucket=bucket, index=0, question="q", expected=[Action.transfer],
+                         decision=Decision(action=action, message="m"))
+        return CaseResult(case=c, turns=[rec], mode=mode, failures=[] if action == Action.transfer else ["wrong"])
+
+    spoken = [result("a", Action.refuse, "audio"), result("b", Action.transfer, "audio"),
+              result("c", Action.transfer, "audio"), result("t", Action.refuse, "text")]
+    rows = gap_rows(spoken, lambda r: result(r.case.id, Action.transfer, "text"), channels, Costs())
+    by = {r.channel: r for r in rows}
+    assert set(by) == {"telephone", "noisy", "wideband", "ALL"}  # the text-only case is not compared
+    assert (by["telephone"].voice_pass, by["telephone"].text_pass, by["telephone"].gap) == (0.0, 1.0, -1.0)
+    assert (by["ALL"].cases, by["ALL"].human_requests, by["ALL"].human_transferred) == (3, 3, 2)
+    table = format_gap(rows)
+    assert "telephone" in table and "2/3" in table

@@ -52,7 +52,7 @@ class FakeSession:
         reasons = [Reason.asr_low_confidence] if low else [Reason.grounded_answer]
         handoff = Handoff(id="h1", team="billing", summary="s") if action == Action.transfer else None
         d = Decision(action=action, message=msg, reasons=reasons, handoff=handoff)
-        return SimpleNamespace(decision=d, audit_id=f"a{len(self.turns)}", normalized_question=text,
+        return SimpleNamespace(decision=d, audit_id=f"a{len(self.turns)}", normalized_question=text, said=text,
                                timings_ms={"retrieve": 1.0, "policy": 1.0, **(timings_ms or {})})
 
     def preview(self, text, *, asr=None):

@@ -25,8 +25,9 @@ CHUNK_MS = 20
 RATE = 16000
 SETTLE_TIMEOUT_S = 60.0  # a turn's ASR + policy + TTS on 2 busy cores stays well under this
 QUIET_S = 3.0
-# (what the caller was heard to say, what was decided, problems of the voice path), per detected turn
-CaseAudio = tuple[list[str], list[Decision], list[str]]
+# Per detected turn: (what the caller was heard to say, what was decided, problems of the voice path,
+# how each turn was heard: ASR's first hearing, and the turn as the policy read it).
+CaseAudio = tuple[list[str], list[Decision], list[str], list[tuple[str, str]]]
 
 
 def default_config() -> CallConfig:
@@ -40,6 +41,8 @@ class _Heard:
 
     def __init__(self) -> None:
         self.transcripts: list[str] = []
+        self.raw: list[str] = []  # ASR's first hearing, per transcript
+        self.said: list[str] = []  # the policy's reading, per decision
         self.decisions: list[Decision] = []
         self.audio_bytes: dict[str, int] = {}
         self.ended: set[str] = set()
@@ -51,9 +54,10 @@ class _Heard:
         async for ev in call.events():
             # `ev.type` (not a copy of it) so the checker narrows the event's class
             if ev.type == "transcript" and getattr(ev, "final", True):
-                self.transcripts.append(ev.text)
+                self._transcript(ev.text, getattr(ev, "raw_text", "") or ev.text)
             elif ev.type == "decision":
                 self.decisions.append(ev.decision)
+                self.said.append(getattr(ev, "said", ""))
             elif ev.type == "audio_start":
                 self.replies.append(ev.id)
             elif ev.type == "audio_chunk":
@@ -63,6 +67,19 @@ class _Heard:
             elif ev.type == "error":
                 self.errors.append(f"{ev.code}: {ev.message}")
             self.changed.set()
+
+    def _transcript(self, text: str, raw: str) -> None:
+        # A second final transcript before the turn's decision is the ASR repair pass: it replaces
+        # the first rather than counting as another turn.
+        if len(self.transcripts) > len(self.decisions):
+            self.transcripts[-1] = text
+        else:
+            self.transcripts.append(text)
+            self.raw.append(raw)
+
+    def hearing(self) -> list[tuple[str, str]]:
+        return [(self.raw[i] if i < len(self.raw) else "", self.said[i] if i < len(self.said) else "")
+                for i in range(max(len(self.raw), len(self.said)))]
 
     def playing(self) -> bool:
         return any(r not in self.ended for r in self.replies)
@@ -118,7 +135,7 @@ async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallCon
             await consumer
         except (asyncio.CancelledError, Exception):  # the stream ends with the call
             pass
-    return heard.transcripts, heard.decisions, heard.problems()
+    return heard.transcripts, heard.decisions, heard.problems(), heard.hearing()
 
 
 def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
@@ -127,7 +144,8 @@ def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
     """Feed `<case id>.wav` through a new call of `runtime` (a `VoiceRuntime`) and collect what the
     caller was heard to say and what the agent decided, one per detected turn. `role` applies to
     cases that name none. The third element lists problems of the voice path (no reply audio, call
-    errors); the eval counts them as failures of the case. `quiet_s`: how long a stream with fewer
+    errors); the eval counts them as failures of the case. The fourth: per turn, ASR's first hearing
+    and the policy's reading of it. `quiet_s`: how long a stream with fewer
     turns than the case expects must stay quiet before the case is scored as it stands."""
     cfg = config if config is not None else default_config()
     return asyncio.run(_run(runtime, case, Path(wav_path), cfg, role, quiet_s, max_seconds))

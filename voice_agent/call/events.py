@@ -21,6 +21,7 @@ class DecisionEvent(BaseModel):
     type: Literal["decision"] = "decision"
     decision: Decision
     timings_ms: dict[str, float] = Field(default_factory=dict)
+    said: str = ""  # the turn as the policy read it: fillers dropped, numbers and misheard KB words repaired
 
 
 class AudioStart(BaseModel):

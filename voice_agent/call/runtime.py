@@ -51,10 +51,12 @@ class VoiceRuntime:
         return self.engine.vocabulary(role)  # cached per role by the engine
 
     def repair_prompt(self, role: str) -> str | None:
-        """KB terms (visible to this role) for the second-pass transcription of a refused turn."""
+        """The second decode's prompt for a turn about to be refused: KB terms this role may see,
+        then how callers ask for a person (last, so a long glossary never pushes them out)."""
         key = f"repair:{role}"
         if key not in self._prompts:
-            self._prompts[key] = build_prompt(self.vocabulary(role))
+            asks = " ".join(f"{p[:1].upper()}{p[1:]}." for p in self.engine.request_phrases())
+            self._prompts[key] = " ".join(x for x in (build_prompt(self.vocabulary(role)), asks) if x) or None
         return self._prompts[key]
 
     def asr_prompt(self, role: str) -> str | None:

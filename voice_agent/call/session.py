@@ -213,7 +213,7 @@ class CallSession(Speculation, Replies):
             timings["speculative_reply"] = 1.0 if render is not None else 0.0
             if render is not None:  # how long before the turn ended its render began (< 0: after)
                 timings["speculative_reply_lead"] = (turn.ended_at - render.started_at) * 1000
-        self._emit(DecisionEvent(decision=decision, timings_ms=dict(timings)))
+        self._emit(DecisionEvent(decision=decision, timings_ms=dict(timings), said=out.said))
         if turn.superseded:  # the caller went on speaking: the whole turn is decided once they finish
             if render is not None:
                 render.cancel()
@@ -274,9 +274,10 @@ class CallSession(Speculation, Replies):
         if self.config.asr_repair and not res.low_confidence and turn.audio is not None:
             if render is not None and render.repair_ran:
                 repaired = render.repaired  # the pass already ran at the pause, on the same transcript
+                timings.update(render.rehear_timings)
             else:
                 repaired = await self._repair_transcript(turn.audio, text, asr_signal,
-                                                         render.decision if render is not None else None)
+                                                         render.decision if render is not None else None, timings)
             timings["asr_repaired"] = 1.0 if repaired else 0.0
             if repaired:
                 text, asr_signal, _ = repaired

@@ -4,20 +4,20 @@ complete; and undoing an early end when the caller goes on speaking."""
 from __future__ import annotations
 
 import asyncio
-import difflib
+import re
 
 import numpy as np
 
-from policy.decision import Action, Decision, Reason
+from policy.decision import Action, Decision
 from policy.engine import AsrSignal
+from kb.sound import sound_repairs
 
 from ..stages.turn_end import reads_complete
 from .core import CallCore
+from .rehear import Hypothesis, accept, refused_for_evidence
 from .render import Render, cancel_render, finished_ok
 
-# Refusals for lack of evidence: the ones a misheard word can cause.
-_EVIDENCE_REFUSALS = {Reason.no_relevant_evidence, Reason.low_retrieval_score, Reason.required_fact_not_covered,
-                      Reason.background_only, Reason.partial_evidence}
+MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
 
 
 class Speculation(CallCore):
@@ -71,8 +71,9 @@ class Speculation(CallCore):
                            low_confidence=res.low_confidence, raw_text=res.text)
         decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
         repaired = None
+        rehear: dict[str, float] = {}
         if self.config.asr_repair:
-            repaired = await self._repair_transcript(audio, res.text, signal, decision)
+            repaired = await self._repair_transcript(audio, res.text, signal, decision, rehear)
             if repaired is not None:
                 decision = repaired[2]
         if not decision.message.strip():
@@ -82,7 +83,7 @@ class Speculation(CallCore):
             return None
         render = Render(tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s, self.clock)
         render.decision = decision
-        render.repair_ran, render.repaired = self.config.asr_repair, repaired
+        render.repair_ran, render.repaired, render.rehear_timings = self.config.asr_repair, repaired, rehear
         return render
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
@@ -100,15 +101,26 @@ class Speculation(CallCore):
             task.add_done_callback(cancel_render)
             task.cancel()
 
-    async def _repair_transcript(self, audio: np.ndarray, text: str, signal: AsrSignal,
-                                 first: Decision | None) -> tuple[str, AsrSignal, Decision] | None:
-        """A second, KB-biased transcription for a turn about to be refused for lack of evidence.
-        Returns (text, signal, previewed decision) when it stays close to the first transcript
-        and finds evidence."""
+    async def _repair_transcript(self, audio: np.ndarray, text: str, signal: AsrSignal, first: Decision | None,
+                                 timings: dict[str, float]) -> tuple[str, AsrSignal, Decision] | None:
+        """For a turn about to be refused for lack of evidence: other hypotheses of the same audio
+        (`rehear`), the first one that clearly strengthens the turn. Returns (text, signal whose
+        `repair` says why, previewed decision), or None to keep the first hearing. `timings` gets
+        `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost."""
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
-        if decided.action != Action.refuse or not set(decided.reasons) & _EVIDENCE_REFUSALS:
+        if not refused_for_evidence(decided):
             return None
+        t0 = self.clock.now()
+        try:
+            return await self._rehear(audio, text, signal)
+        finally:
+            timings["rehear"] = (self.clock.now() - t0) * 1000
+
+    async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
+        for h in self._sound_alikes(text, signal.avg_logprob):
+            if (found := await self._try_hypothesis(h, text, signal)) is not None:
+                return found
         prompt = self.runtime.repair_prompt(self.role)
         if not prompt:
             return None
@@ -116,10 +128,30 @@ class Speculation(CallCore):
         new = res.text.strip()
         if res.low_confidence or not new or new.lower() == text.strip().lower():
             return None
-        # a repair changes a word or two; a different sentence is the prompt talking, not the caller
-        if difflib.SequenceMatcher(None, text.lower().split(), new.lower().split()).ratio() < 0.6:
+        decoded = Hypothesis(new, res.avg_logprob, "second decode", decoded=True)
+        for h in [decoded, *self._sound_alikes(new, res.avg_logprob, decoded=True)]:
+            if (found := await self._try_hypothesis(h, text, signal)) is not None:
+                return found
+        return None
+
+    def _sound_alikes(self, text: str, logprob: float | None, decoded: bool = False) -> list[Hypothesis]:
+        """`text` with one word the KB does not use replaced by its KB sound-alike, per such word."""
+        out = []
+        for r in sound_repairs(text, self.runtime.engine.sound_index(self.role))[1]:
+            fixed = re.sub(rf"\b{re.escape(r.heard)}\b", r.meant, text, count=1, flags=re.IGNORECASE)
+            out.append(Hypothesis(fixed, logprob, f"sounds like: {r}", decoded=decoded, repaired_words=(r.meant,)))
+        return out[:MAX_SOUND_ALIKES]
+
+    async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
+        sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
+                        raw_text=signal.raw_text or text)
+        d = await asyncio.to_thread(self._locked, self.session.preview, h.text, asr=sig)
+        why = accept(h, d, text, signal.avg_logprob, self._cited_text(d))
+        if why is None:
             return None
-        sig = AsrSignal(avg_logprob=res.avg_logprob, no_speech_prob=res.no_speech_prob, low_confidence=False,
-                        raw_text=new)
-        second = await asyncio.to_thread(self._locked, self.session.preview, new, asr=sig)
-        return (new, sig, second) if second.action != Action.refuse else None
+        return h.text, sig.model_copy(update={"repair": why}), d
+
+    def _cited_text(self, d: Decision) -> str:
+        kb = self.runtime.engine.kb
+        sections = [kb.section(f"{c.doc_id}#{c.section}") for c in d.citations]
+        return " ".join(f"{s.heading} {s.text}" for s in sections if s is not None)

@@ -1,0 +1,92 @@
+"""Voice against text on the same cases: for `eval --audio-dir`, each spoken case is also run on the
+text path, and the two are compared per recording channel (wideband, noisy, telephone band, as the
+audio directory's `manifest.yaml` records them). What the voice path loses is what ASR costs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+from policy.decision import Action
+
+from .metrics import CaseResult, Costs, summarize
+
+CHANNELS = ("wideband", "noisy", "telephone")
+
+
+def channels_of(audio_dir: Path) -> dict[str, str]:
+    """Case id → channel from the directory's manifest; an unlisted file counts as wideband."""
+    path = audio_dir / "manifest.yaml"
+    try:
+        files = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("files") or []
+    except (OSError, yaml.YAMLError, AttributeError):
+        return {}
+    out: dict[str, str] = {}
+    for f in files:
+        if isinstance(f, dict) and f.get("id"):
+            out[str(f["id"])] = "telephone" if f.get("telephone") else "noisy" if f.get("noise") else "wideband"
+    return out
+
+
+@dataclass
+class GapRow:
+    channel: str
+    cases: int
+    voice_pass: float
+    text_pass: float
+    voice_unsafe: int
+    human_requests: int  # spoken human-request cases on this channel …
+    human_transferred: int  # … of which the voice path transferred on every turn
+
+    @property
+    def gap(self) -> float:
+        return self.voice_pass - self.text_pass
+
+
+def _human_transferred(r: CaseResult) -> bool:
+    return bool(r.turns) and all(t.decision.action == Action.transfer for t in r.turns)
+
+
+def gap_rows(results: list[CaseResult], text_run: Callable[[CaseResult], CaseResult],
+             channels: dict[str, str], costs: Costs) -> list[GapRow]:
+    """One row per channel present, then ALL. `text_run` runs a spoken case's text on the text path."""
+    spoken = [r for r in results if r.mode == "audio"]
+    as_text = {r.case.id: text_run(r) for r in spoken}
+    rows = []
+    groups = [(c, [r for r in spoken if channels.get(r.case.id, "wideband") == c]) for c in CHANNELS]
+    for name, group in [g for g in groups if g[1]] + [("ALL", spoken)]:
+        if not group:
+            continue
+        voice, text = summarize(group, costs), summarize([as_text[r.case.id] for r in group], costs)
+        humans = [r for r in group if r.case.bucket == "human_request"]
+        rows.append(GapRow(channel=name, cases=len(group), voice_pass=voice["case_pass_rate"] or 0.0,
+                           text_pass=text["case_pass_rate"] or 0.0, voice_unsafe=voice["unsafe_answers"],
+                           human_requests=len(humans), human_transferred=sum(map(_human_transferred, humans))))
+    return rows
+
+
+def format_gap(rows: list[GapRow]) -> str:
+    head = f"{'channel':<12}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe':>8}  human requests transferred"
+    lines = ["voice against text, the same cases:", head, "-" * len(head)]
+    for r in rows:
+        humans = f"{r.human_transferred}/{r.human_requests}" if r.human_requests else "-"
+        lines.append(f"{r.channel:<12}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
+                     f"{r.voice_unsafe:>8}  {humans}")
+    return "\n".join(lines)
+
+
+def hearing_lines(r: CaseResult) -> list[str]:
+    """A failed spoken case's turns as the voice path took them: what ASR heard, what its second
+    pass changed, and how the policy read it (fillers, numbers, KB words repaired)."""
+    lines = []
+    for t in r.turns:
+        heard = t.heard or t.transcript or "(nothing)"
+        line = f"heard: {heard}"
+        if t.heard and t.transcript:
+            line += f"  | second pass: {t.transcript}"
+        if t.said and t.said != (t.transcript or ""):
+            line += f"  | read as: {t.said}"
+        lines.append(line)
+    return lines

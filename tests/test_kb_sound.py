@@ -1,0 +1,83 @@
+"""Sound-alike repairs of misheard words toward a KB's words, and when a second hearing is taken."""
+import pytest
+
+from policy.decision import Action, Citation, Decision, Reason
+from kb.sound import SoundIndex, sound_key, sound_repairs
+from voice_agent.call.rehear import Hypothesis, accept, refused_for_evidence
+
+pytestmark = pytest.mark.unit
+
+KB_WORDS = ["cost", "case", "router", "plan", "plans", "bill", "billed", "roaming", "reset", "access", "charges"]
+
+
+def test_sound_key_keeps_the_consonant_skeleton():
+    assert sound_key("cast") == sound_key("cost")
+    assert sound_key("factor") == sound_key("factory")
+
+
+@pytest.mark.parametrize("heard, meant", [
+    ("How much does a replacement SIM cast?", "cost"),   # same key: cost, not the likelier-spelled "case"
+    ("How do I reset my Ruger?", "router"),              # one key edit
+    ("if I cancel my annual plant early", "plan"),
+])
+def test_a_misheard_word_becomes_the_kb_word_it_sounds_like(heard, meant):
+    fixed, repairs = sound_repairs(heard, SoundIndex(KB_WORDS))
+    assert [r.meant for r in repairs] == [meant]
+    assert meant in fixed.lower()
+
+
+@pytest.mark.parametrize("heard", [
+    "my phone is stolen",           # "stolen"/"still": spelled too differently
+    "How do I turn moving on?",     # "moving"/"roaming": two key edits
+    "the radio",                    # nothing in the KB sounds like it
+])
+def test_words_that_merely_share_consonants_stay(heard):
+    assert sound_repairs(heard, SoundIndex(KB_WORDS + ["still", "carry"])) == (heard, [])
+
+
+def test_kb_words_and_function_words_are_never_replaced():
+    text = "what is the cost of my plan"
+    assert sound_repairs(text, SoundIndex(KB_WORDS + ["wheat", "thy"])) == (text, [])
+
+
+def test_two_kb_words_equally_close_give_no_repair():
+    assert SoundIndex(["bat", "bet"]).nearest("bit") is None
+
+
+def _refusal() -> Decision:
+    return Decision(action=Action.refuse, message="I can't confirm that.", reasons=[Reason.low_retrieval_score])
+
+
+def _answer() -> Decision:
+    return Decision(action=Action.answer, message="It costs $10.", reasons=[Reason.grounded_answer],
+                    citations=[Citation(doc_id="fees", section="sim")])
+
+
+def test_only_evidence_refusals_are_heard_again():
+    assert refused_for_evidence(_refusal())
+    assert not refused_for_evidence(Decision(action=Action.refuse, message="no", reasons=[Reason.permission_denied]))
+
+
+def test_a_sound_alike_answer_is_taken_only_when_its_evidence_uses_the_repaired_word():
+    h = Hypothesis("How much does a SIM cost?", -0.2, "sounds like", decoded=False, repaired_words=("cost",))
+    assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "A replacement SIM costs $10. cost") is not None
+    assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "A replacement SIM is $10.") is None
+
+
+def test_a_second_decode_that_fits_the_audio_worse_is_not_taken():
+    h = Hypothesis("How much does a SIM cost?", -0.9, "second decode", decoded=True)
+    assert accept(h, _answer(), "How much does a SIM cast?", -0.3, "cost") is None
+    assert accept(h, _refusal(), "How much does a SIM cast?", -0.9, "") is None
+
+
+def test_a_request_for_a_person_is_taken_even_when_the_words_changed():
+    transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
+    better = Hypothesis("Operator.", -0.45, "second decode", decoded=True)
+    assert accept(better, transfer, "Ah, the regular.", -0.89, "") is not None
+    worse = Hypothesis("Operator.", -1.2, "second decode", decoded=True)
+    assert accept(worse, transfer, "Ah, the regular.", -0.89, "") is None
+
+
+def test_a_different_sentence_is_a_different_hearing():
+    h = Hypothesis("Where is the nearest store?", -0.1, "second decode", decoded=True)
+    assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "store") is None

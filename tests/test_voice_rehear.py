@@ -1,0 +1,58 @@
+"""A turn about to be refused for lack of evidence is heard again, on real recordings through the
+real voice path: a misheard request for a person reaches a person, a misheard KB word is repaired
+by sound, and the audit keeps what was heard, what it became and why."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evaluation.cases import Case
+from policy.decision import Action, Reason
+from voice_agent.eval_audio import audio_setup
+
+ROOT = Path(__file__).resolve().parent.parent
+AUDIO = ROOT / "fixtures" / "audio"
+
+pytestmark = [pytest.mark.audio, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def voice(tmp_path_factory):
+    state = tmp_path_factory.mktemp("state")
+    engine, run = audio_setup(str(ROOT / "fixtures" / "kb"), str(state), None, None, "public")
+    return engine, run, state
+
+
+def _asr_of_last_turn(state: Path) -> dict:
+    turns = [json.loads(x) for x in (state / "audit.jsonl").read_text().splitlines() if '"kind": "turn"' in x]
+    return turns[-1]["asr"]
+
+
+def test_a_misheard_request_for_a_person_is_transferred(voice):
+    # espeak's "Operator." is first heard as something else entirely ("Ah, the regular...")
+    _, run, state = voice
+    case = Case.model_validate({"id": "hu02", "question": "Operator.", "expect": {"action": "transfer"}})
+    transcripts, decisions, problems, hearing = run(case, AUDIO / "hu02.wav")
+    assert problems == []
+    assert [d.action for d in decisions] == [Action.transfer]
+    assert Reason.human_requested in decisions[0].reasons
+    asr = _asr_of_last_turn(state)
+    assert "operator" not in asr["raw_text"].lower()  # what was first heard stays in the audit
+    assert "operator" in transcripts[0].lower() and asr["repair"].startswith("second decode")
+
+
+def test_a_misheard_kb_word_is_repaired_by_sound_when_the_evidence_uses_it(voice):
+    # "router" is first heard as "Ruger"; the KB's router pages answer once it is repaired
+    engine, run, state = voice
+    case = Case.model_validate({"id": "as01", "question": "How do I reset my router?", "expect": {"action": "answer"}})
+    transcripts, decisions, _, hearing = run(case, AUDIO / "as01.wav")
+    asr = _asr_of_last_turn(state)
+    assert decisions[0].action == Action.answer, (hearing, asr)
+    assert "router" in transcripts[0].lower()
+    if "router" not in asr["raw_text"].lower():  # heard wrong first: the repair says how it was found
+        assert asr["repair"], asr
+    sections = [engine.kb.section(f"{c.doc_id}#{c.section}") for c in decisions[0].citations]
+    cited = " ".join(f"{s.heading} {s.text}" for s in sections)
+    assert "router" in cited.lower()

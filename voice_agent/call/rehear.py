@@ -1,0 +1,71 @@
+"""Hearing a turn again before refusing it for lack of evidence: the refusal path's extra hypotheses.
+
+A misheard word ("cast" for "cost", "Ah, the regular" for "Operator") makes a turn look unanswerable.
+Before such a refusal the call weighs other hypotheses of the same audio:
+- the first hearing with its words the KB does not use replaced by KB words that sound alike
+  (no second decode: the acoustics are the first hearing's);
+- a second decode, prompted with how callers ask for a person and with the KB's terms.
+Each is previewed through the policy. One is taken only when it is not a shaky hearing of the audio
+and it clearly strengthens the turn: a request for a person or a high-risk turn (to a human: the safe
+direction), or evidence the first hearing lacked, in which a sound-alike repair must appear."""
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from policy.decision import Action, Decision, Reason
+
+# Refusals for lack of evidence: the ones a misheard word can cause.
+EVIDENCE_REFUSALS = {Reason.no_relevant_evidence, Reason.low_retrieval_score, Reason.required_fact_not_covered,
+                     Reason.background_only, Reason.partial_evidence}
+# Decisions that send the caller to a person because of what they asked, not what the KB lacks.
+INTENT_REASONS = {Reason.human_requested, Reason.high_risk_topic, Reason.action_requires_approval}
+# A second decode that fits the audio this much worse (mean token log-probability) than the first
+# is the prompt talking, not the caller.
+MAX_LOGPROB_DROP = 0.3
+MIN_WORDS_KEPT = 0.6  # a repair changes a word or two; a different sentence is a different hearing
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    text: str
+    avg_logprob: float | None
+    how: str  # "second decode" or the sound-alike repairs made
+    decoded: bool  # a decode of its own (else: the first hearing's words, some replaced)
+    repaired_words: tuple[str, ...] = ()
+
+
+def refused_for_evidence(d: Decision) -> bool:
+    return d.action == Action.refuse and bool(set(d.reasons) & EVIDENCE_REFUSALS)
+
+
+def words_kept(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a.lower().split(), b.lower().split()).ratio()
+
+
+def _fits_audio(h: Hypothesis, first_logprob: float | None) -> bool:
+    if not h.decoded or h.avg_logprob is None or first_logprob is None:
+        return True
+    return h.avg_logprob >= first_logprob - MAX_LOGPROB_DROP
+
+
+def _in_evidence(words: tuple[str, ...], cited_text: str) -> bool:
+    have = set(re.findall(r"[a-z]+", cited_text.lower()))
+    return any(w.lower() in have for w in words)
+
+
+def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, cited_text: str) -> str | None:
+    """Why `h` (previewed as `d`) replaces the first hearing, or None to keep the first hearing."""
+    if not _fits_audio(h, first_logprob):
+        return None
+    if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
+        # to a person: safe even when the words changed a lot, if the decode fits the audio as well
+        if not h.decoded or h.avg_logprob is None or first_logprob is None or h.avg_logprob >= first_logprob:
+            return f"{h.how}: {d.reasons[0].value}"
+        return None
+    if d.action == Action.refuse or words_kept(first_text, h.text) < MIN_WORDS_KEPT:
+        return None
+    if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
+        return None  # the evidence found does not use the repaired word: the repair did not find it
+    return f"{h.how}: {d.action.value} instead of refuse"
