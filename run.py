@@ -32,6 +32,7 @@ BENCHES: dict[str, str] = {
     "voice": "voice_agent.bench_voice",  # end of caller speech -> first reply audio
     "load": "voice_agent.bench_load",  # concurrent calls against a local server
     "store": "evaluation.bench_store",  # handoff write and commit -> desk latency, JSONL vs PostgreSQL
+    "wer": "voice_agent.bench_wer",  # ASR word error rate on generated recordings, per voice/channel/domain
 }
 
 

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
-apt_pkgs=(sox espeak-ng libportaudio2 alsa-utils)
+apt_pkgs=(sox espeak-ng flite libportaudio2 alsa-utils)  # flite: one of the voices of make_domain_audio.py
 [ $want_test = 1 ] && apt_pkgs+=(chromium nginx openssl)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
