@@ -14,6 +14,13 @@ from policy.decision import Action
 from .metrics import CaseResult, Costs, summarize
 
 CHANNELS = ("wideband", "noisy", "telephone")
+Pair = tuple[CaseResult, CaseResult]  # a case spoken, and the same case typed
+
+
+def channel_reader(audio_dir: Path) -> Callable[[CaseResult], str]:
+    """A spoken case's channel, from the directory's manifest."""
+    channels = channels_of(audio_dir)
+    return lambda r: channels.get(r.case.id, "wideband")
 
 
 def channels_of(audio_dir: Path) -> dict[str, str]:
@@ -49,18 +56,20 @@ def _human_transferred(r: CaseResult) -> bool:
     return bool(r.turns) and all(t.decision.action == Action.transfer for t in r.turns)
 
 
-def gap_rows(results: list[CaseResult], text_run: Callable[[CaseResult], CaseResult],
-             channels: dict[str, str], costs: Costs) -> list[GapRow]:
-    """One row per channel present, then ALL. `text_run` runs a spoken case's text on the text path."""
-    spoken = [r for r in results if r.mode == "audio"]
-    as_text = {r.case.id: text_run(r) for r in spoken}
+def text_twins(results: list[CaseResult], text_run: Callable[[CaseResult], CaseResult]) -> list[Pair]:
+    """Each spoken case beside the same case run on the text path."""
+    return [(r, text_run(r)) for r in results if r.mode == "audio"]
+
+
+def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: Costs) -> list[GapRow]:
+    """One row per channel present, then ALL, over (voice, text) pairs of the same cases."""
     rows = []
-    groups = [(c, [r for r in spoken if channels.get(r.case.id, "wideband") == c]) for c in CHANNELS]
-    for name, group in [g for g in groups if g[1]] + [("ALL", spoken)]:
+    groups = [(c, [p for p in pairs if channel_of(p[0]) == c]) for c in CHANNELS]
+    for name, group in [g for g in groups if g[1]] + [("ALL", pairs)]:
         if not group:
             continue
-        voice, text = summarize(group, costs), summarize([as_text[r.case.id] for r in group], costs)
-        humans = [r for r in group if r.case.bucket == "human_request"]
+        voice, text = summarize([v for v, _ in group], costs), summarize([t for _, t in group], costs)
+        humans = [v for v, _ in group if v.case.bucket == "human_request"]
         rows.append(GapRow(channel=name, cases=len(group), voice_pass=voice["case_pass_rate"] or 0.0,
                            text_pass=text["case_pass_rate"] or 0.0, voice_unsafe=voice["unsafe_answers"],
                            human_requests=len(humans), human_transferred=sum(map(_human_transferred, humans))))

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from .cases import CasesError
-from .corpus import Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
+from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
+from .corpus_audio import audio_corpus, format_audio_corpus
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
 from .train import fit_on_domains
@@ -25,6 +26,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--no-refit", action="store_true",
                    help="use the shipped scorer for every domain instead of refitting without it")
     p.add_argument("--failures", action="store_true", help="list each domain's failing cases")
+    p.add_argument("--audio-dir", help="folder of recordings, one sub-folder per domain "
+                   "(scripts/make_domain_audio.py): score voice against text instead")
     p.add_argument("--min-worst", type=float, default=None,
                    help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
     return p
@@ -36,7 +39,7 @@ def _fitter(args: argparse.Namespace) -> Fitter | None:
     return fit_on_domains
 
 
-def corpus_cli(argv: list[str]) -> int:
+def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         domains = discover(args.corpus)
@@ -51,6 +54,8 @@ def corpus_cli(argv: list[str]) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     engines = Engines()
+    if args.audio_dir:
+        return _audio(args, domains, engines, audio_setup)
     try:
         per = leave_one_out(domains, engines, _fitter(args), baselines=not args.no_baselines,
                             progress=lambda name: print(f"scored {name}", file=sys.stderr, flush=True))
@@ -83,5 +88,22 @@ def corpus_cli(argv: list[str]) -> int:
 
 def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     if "--corpus" in argv or any(a.startswith("--corpus=") for a in argv):
-        return corpus_cli(argv)
+        return corpus_cli(argv, audio_setup)
     return single_cli(argv, audio_setup)
+
+
+def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, audio_setup: AudioSetup | None) -> int:
+    root = Path(args.audio_dir)
+    if audio_setup is None:
+        print("error: --audio-dir needs the voice path; run it through `run.py eval`", file=sys.stderr)
+        return 2
+    if not root.is_dir():
+        print(f"error: {root}: audio directory not found", file=sys.stderr)
+        return 2
+    scored = audio_corpus(domains, root, audio_setup, engines, _fitter(args),
+                          progress=lambda name: print(f"heard {name}", file=sys.stderr, flush=True))
+    if not scored:
+        print(f"error: {root}: no recordings for any domain (one sub-folder per domain)", file=sys.stderr)
+        return 2
+    print(format_audio_corpus(scored, failures=args.failures))
+    return 0

@@ -212,7 +212,7 @@ def _spelled_letters(toks: list[Tok], changes: list[str]) -> list[Tok]:
     out: list[Tok] = []
     i = 0
     while i < len(toks):
-        j = i
+        start = j = i
         while j < len(toks) and re.fullmatch(r"[A-Za-z]", toks[j].core) and not toks[j].pre \
                 and (j == i or not toks[j - 1].post.strip()):
             j += 1
@@ -220,6 +220,8 @@ def _spelled_letters(toks: list[Tok], changes: list[str]) -> list[Tok]:
         while run and run[0].low in ("a", "i"):
             out.append(run.pop(0))
             i += 1
+        if j > start and i == j:  # the run was only "a"s and "I"s, all kept as words
+            continue
         while len(run) > 2 and run[-1].low in ("a", "i"):
             run.pop()
             j -= 1

@@ -17,6 +17,7 @@ Needs sox, espeak-ng and flite on PATH (scripts/setup.sh installs them); nothing
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import tempfile
 import time
@@ -29,7 +30,7 @@ from audio_synth import (RATE, ROOT, SEED, TELEPHONE_RATE, TURN_GAP_S, FixtureEr
                          round_robin, speak_turns, speakable, telephone, write_manifest, write_wav)
 from evaluation.cases import CasesError
 from evaluation.corpus import Domain, discover
-from speech_conditions import NOISE_KINDS, VOICES, Condition, deal, hesitant
+from speech_conditions import CHANNELS, NOISE_KINDS, VOICES, Channel, Condition, deal, hesitant
 
 GENERATOR = "scripts/make_domain_audio.py"
 DEFAULT_OUT = ROOT / ".cache" / "audio_domains"
@@ -76,7 +77,8 @@ def render(tts: TtsClient, domain: str, case: dict, cond: Condition, seed: int,
     return x, entry
 
 
-def build_domain(tts: TtsClient, domain: Domain, out_dir: Path, n: int, seed: int) -> list[dict]:
+def build_domain(tts: TtsClient, domain: Domain, out_dir: Path, n: int, seed: int,
+                 channel: Channel | None = None) -> list[dict]:
     cases = pick(load_cases(domain.cases_path), n)
     if not cases:
         raise FixtureError(f"{domain.cases_path}: no cases without faults to speak")
@@ -84,6 +86,8 @@ def build_domain(tts: TtsClient, domain: Domain, out_dir: Path, n: int, seed: in
     entries = []
     with tempfile.TemporaryDirectory() as d:
         for case, cond in zip(cases, deal(len(cases), domain.name, seed)):
+            if channel is not None:  # every case over this one line (e.g. all telephone)
+                cond = dataclasses.replace(cond, channel=channel)
             x, entry = render(tts, domain.name, case, cond, seed, Path(d))
             write_wav(out_dir / entry["file"], x, entry["sample_rate"])
             entries.append(entry)
@@ -106,11 +110,19 @@ def domains(corpus: Path, names: list[str] | None) -> list[Domain]:
     return [found[n] for n in dict.fromkeys(names)] if names else list(found.values())
 
 
-def build(corpus: Path, names: list[str] | None, out: Path, n: int, seed: int) -> dict[str, list[dict]]:
+def build(corpus: Path, names: list[str] | None, out: Path, n: int, seed: int,
+          channel: Channel | None = None) -> dict[str, list[dict]]:
     chosen = domains(corpus, names)
     check_programs({v.engine for v in VOICES})
     with TtsClient() as tts:
-        return {d.name: build_domain(tts, d, out / d.name, n, seed) for d in chosen}
+        return {d.name: build_domain(tts, d, out / d.name, n, seed, channel) for d in chosen}
+
+
+def _channel(name: str) -> Channel:
+    found = {c.name: c for c in CHANNELS}
+    if name not in found:
+        raise argparse.ArgumentTypeError(f"unknown channel {name!r}; choose one of {', '.join(found)}")
+    return found[name]
 
 
 def _positive(text: str) -> int:
@@ -130,10 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-domain", type=_positive, default=24, help="cases per domain (default 24)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="one sub-folder per domain (.cache/audio_domains)")
     ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--channel", type=_channel, help="speak every case over this channel (default: deal them all)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     try:
-        made = build(args.corpus, args.domain, args.out, args.per_domain, args.seed)
+        made = build(args.corpus, args.domain, args.out, args.per_domain, args.seed, args.channel)
     except FixtureError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

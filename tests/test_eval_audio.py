@@ -194,7 +194,7 @@ def test_eval_audio_dir_through_real_voice_path(tmp_path):
 
 @pytest.mark.unit
 def test_voice_is_compared_with_text_per_channel(tmp_path):
-    from evaluation.audio_gap import channels_of, format_gap, gap_rows
+    from evaluation.audio_gap import channel_reader, channels_of, format_gap, gap_rows, text_twins
     from evaluation.metrics import CaseResult, TurnRecord
     from policy.config import Costs
 
@@ -211,7 +211,8 @@ def test_voice_is_compared_with_text_per_channel(tmp_path):
 
     spoken = [result("a", Action.refuse, "audio"), result("b", Action.transfer, "audio"),
               result("c", Action.transfer, "audio"), result("t", Action.refuse, "text")]
-    rows = gap_rows(spoken, lambda r: result(r.case.id, Action.transfer, "text"), channels, Costs())
+    pairs = text_twins(spoken, lambda r: result(r.case.id, Action.transfer, "text"))
+    rows = gap_rows(pairs, channel_reader(tmp_path), Costs())
     by = {r.channel: r for r in rows}
     assert set(by) == {"telephone", "noisy", "wideband", "ALL"}  # the text-only case is not compared
     assert (by["telephone"].voice_pass, by["telephone"].text_pass, by["telephone"].gap) == (0.0, 1.0, -1.0)

@@ -105,3 +105,12 @@ def test_with_the_fixture_kb_vocabulary():
     assert normalize_transcript("how do I reset my rooter", vocab).text == "how do I reset my router"
     assert normalize_transcript("set up my voice male", vocab).text == "set up my voicemail"
     assert normalize_transcript("my e sim", vocab).text == "my eSIM"
+
+
+@pytest.mark.parametrize("said,meant", [
+    ("the u k and q r code", "the UK and QR code"),
+    ("Can I a", "Can I a"),      # a run of only "I" and "a" at the end: words, not letters (was an IndexError)
+    ("so I a m", "so I a m"),
+])
+def test_spelled_letters_join_and_lone_words_stay(said, meant):
+    assert normalize_transcript(said).text == meant

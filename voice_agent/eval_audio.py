@@ -156,7 +156,20 @@ def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.da
     """The voice runtime for `--audio-dir`: its engine and a runner feeding one case's WAV."""
     runtime = VoiceRuntime.load(kb, state_dir=state_dir, policy_file=policy_file)
     runtime.engine.on_date = on_date
-    return runtime.engine, lambda case, wav: run_audio_case(runtime, case, wav, role=role, max_seconds=max_audio_s)
+    return runtime.engine, _Runner(runtime, role, max_audio_s)
+
+
+class _Runner:
+    """Feeds one case's WAV through a new call; `close()` stops the runtime's TTS worker."""
+
+    def __init__(self, runtime: VoiceRuntime, role: str, max_audio_s: float):
+        self.runtime, self.role, self.max_audio_s = runtime, role, max_audio_s
+
+    def __call__(self, case: Case, wav: str | Path) -> CaseAudio:
+        return run_audio_case(self.runtime, case, wav, role=self.role, max_seconds=self.max_audio_s)
+
+    def close(self) -> None:
+        self.runtime.close()
 
 
 def cli(argv: list[str]) -> int:

@@ -1,0 +1,89 @@
+"""`run.py eval --corpus DIR --audio-dir AUDIO`: every domain's spoken cases (AUDIO/<domain>/<id>.wav,
+as scripts/make_domain_audio.py writes them) through the voice path, each beside the same case typed,
+so the table shows what hearing costs per domain and per channel. Leave-one-domain-out like the text
+corpus: a domain's scorer is fitted on the other domains. Sealed domains have no recordings here."""
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from policy.config import Costs
+from policy.scorer import Scorer
+
+from .audio_gap import GapRow, Pair, channel_reader, format_gap, gap_rows, hearing_lines, text_twins
+from .corpus import Domain, Engines, Fitter
+from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
+from .metrics import CaseResult
+
+MAX_AUDIO_S = 600.0
+
+
+@dataclass
+class DomainAudio:
+    name: str
+    rows: list[GapRow]  # per channel, then ALL
+    pairs: list[Pair]
+    channel_of: Callable[[CaseResult], str]
+    costs: Costs
+
+
+def score_domain_audio(d: Domain, folder: Path, audio_setup: AudioSetup,
+                       fitted: Callable[[], Scorer] | None) -> DomainAudio:
+    cases = [c for c in d.cases if (folder / f"{c.id}.wav").is_file() and not c.faults]
+    engine, runner = audio_setup(str(d.kb), tempfile.mkdtemp(prefix=f"voice-agent-audio-{d.name}-"), None,
+                                 d.cases.today, "public", MAX_AUDIO_S)
+    try:
+        if fitted is not None:
+            engine.scorer = fitted()  # fitted without this domain
+        scratch(engine)
+        results = run_cases(engine, cases, audio_dir=folder, audio_runner=runner)
+    finally:
+        close = getattr(runner, "close", None)
+        if close is not None:
+            close()
+    pairs = text_twins(results, lambda r: run_text_case(engine, r.case))
+    channel_of = channel_reader(folder)
+    costs = costs_of(engine)
+    return DomainAudio(d.name, gap_rows(pairs, channel_of, costs), pairs, channel_of, costs)
+
+
+def audio_corpus(domains: list[Domain], audio_root: Path, audio_setup: AudioSetup, engines: Engines,
+                 fit: Fitter | None, progress: Callable[[str], None] | None = None) -> list[DomainAudio]:
+    """Each open domain with a folder of recordings under `audio_root`, by name."""
+    pool = [d for d in domains if not d.sealed]
+    out = []
+    for d in pool:
+        folder = audio_root / d.name
+        if not folder.is_dir():
+            continue
+        fitted = (lambda d=d: fit([x for x in pool if x.name != d.name], engines)) if fit is not None else None
+        out.append(score_domain_audio(d, folder, audio_setup, fitted))
+        if progress:
+            progress(d.name)
+    return out
+
+
+def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> str:
+    head = f"{'domain':<14}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe':>8}{'phone gap':>11}  human requests"
+    lines = ["voice against text, the same cases, per domain:", head, "-" * len(head)]
+    for da in scored:
+        all_, phone = da.rows[-1], next((r for r in da.rows if r.channel == "telephone"), None)
+        humans = f"{all_.human_transferred}/{all_.human_requests}" if all_.human_requests else "-"
+        lines.append(f"{da.name:<14}{all_.cases:>6}{all_.voice_pass:>8.3f}{all_.text_pass:>8.3f}{all_.gap:>+8.3f}"
+                     f"{all_.voice_unsafe:>8}{(f'{phone.gap:+.3f}' if phone else '-'):>11}  {humans}")
+    if scored:
+        worst = min(scored, key=lambda da: da.rows[-1].gap)
+        lines.append(f"worst gap: {worst.name} {worst.rows[-1].gap:+.3f}")
+        pairs = [p for da in scored for p in da.pairs]
+        by_channel = {id(p[0]): da.channel_of(p[0]) for da in scored for p in da.pairs}
+        lines += ["", "all domains, per channel:"]
+        lines.append(format_gap(gap_rows(pairs, lambda r: by_channel[id(r)], scored[0].costs)))
+    if failures:
+        for da in scored:
+            for v, _ in da.pairs:
+                if not v.ok:
+                    lines.append(f"  {da.name}/{v.case.id} [{v.case.bucket}]: {'; '.join(v.failures)}")
+                    lines += [f"      {x}" for x in hearing_lines(v)]
+    return "\n".join(lines)
