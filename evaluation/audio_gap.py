@@ -44,6 +44,7 @@ class GapRow:
     voice_pass: float
     text_pass: float
     voice_unsafe: int
+    text_unsafe: int
     human_requests: int  # spoken human-request cases on this channel …
     human_transferred: int  # … of which the voice path transferred on every turn
 
@@ -72,17 +73,18 @@ def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: 
         humans = [v for v, _ in group if v.case.bucket == "human_request"]
         rows.append(GapRow(channel=name, cases=len(group), voice_pass=voice["case_pass_rate"] or 0.0,
                            text_pass=text["case_pass_rate"] or 0.0, voice_unsafe=voice["unsafe_answers"],
+                           text_unsafe=text["unsafe_answers"],
                            human_requests=len(humans), human_transferred=sum(map(_human_transferred, humans))))
     return rows
 
 
 def format_gap(rows: list[GapRow]) -> str:
-    head = f"{'channel':<12}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe':>8}  human requests transferred"
+    head = f"{'channel':<12}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}  human requests transferred"
     lines = ["voice against text, the same cases:", head, "-" * len(head)]
     for r in rows:
         humans = f"{r.human_transferred}/{r.human_requests}" if r.human_requests else "-"
         lines.append(f"{r.channel:<12}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
-                     f"{r.voice_unsafe:>8}  {humans}")
+                     f"{f'{r.voice_unsafe}/{r.text_unsafe}':>12}  {humans}")
     return "\n".join(lines)
 
 
@@ -99,3 +101,14 @@ def hearing_lines(r: CaseResult) -> list[str]:
             line += f"  | read as: {t.said}"
         lines.append(line)
     return lines
+
+
+def reheard_line(pairs: list[Pair]) -> str:
+    """What hearing again did: turns whose words a second hearing changed, and how their cases ended."""
+    changed = [(v, t) for v, _ in pairs for t in v.turns if t.heard]
+    unsafe = sum(t.decision.action == Action.answer and t.expected is not None and Action.answer not in t.expected
+                 for _, t in changed)
+    passed = sum(v.ok for v in {id(v): v for v, _ in changed}.values())
+    cases = len({id(v) for v, _ in changed})
+    return (f"heard again and changed: {len(changed)} turns of {cases} cases; {passed} of those cases passed, "
+            f"{unsafe} turns answered where they should not")

@@ -12,7 +12,7 @@ from pathlib import Path
 from policy.config import Costs
 from policy.scorer import Scorer
 
-from .audio_gap import GapRow, Pair, channel_reader, format_gap, gap_rows, hearing_lines, text_twins
+from .audio_gap import GapRow, Pair, channel_reader, format_gap, gap_rows, hearing_lines, reheard_line, text_twins
 from .corpus import Domain, Engines, Fitter
 from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
 from .metrics import CaseResult
@@ -66,13 +66,13 @@ def audio_corpus(domains: list[Domain], audio_root: Path, audio_setup: AudioSetu
 
 
 def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> str:
-    head = f"{'domain':<14}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe':>8}{'phone gap':>11}  human requests"
+    head = f"{'domain':<14}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}{'phone gap':>11}  human requests"
     lines = ["voice against text, the same cases, per domain:", head, "-" * len(head)]
     for da in scored:
         all_, phone = da.rows[-1], next((r for r in da.rows if r.channel == "telephone"), None)
         humans = f"{all_.human_transferred}/{all_.human_requests}" if all_.human_requests else "-"
         lines.append(f"{da.name:<14}{all_.cases:>6}{all_.voice_pass:>8.3f}{all_.text_pass:>8.3f}{all_.gap:>+8.3f}"
-                     f"{all_.voice_unsafe:>8}{(f'{phone.gap:+.3f}' if phone else '-'):>11}  {humans}")
+                     f"{f'{all_.voice_unsafe}/{all_.text_unsafe}':>12}{(f'{phone.gap:+.3f}' if phone else '-'):>11}  {humans}")
     if scored:
         worst = min(scored, key=lambda da: da.rows[-1].gap)
         lines.append(f"worst gap: {worst.name} {worst.rows[-1].gap:+.3f}")
@@ -80,6 +80,7 @@ def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> st
         by_channel = {id(p[0]): da.channel_of(p[0]) for da in scored for p in da.pairs}
         lines += ["", "all domains, per channel:"]
         lines.append(format_gap(gap_rows(pairs, lambda r: by_channel[id(r)], scored[0].costs)))
+        lines.append(reheard_line(pairs))
     if failures:
         for da in scored:
             for v, _ in da.pairs:

@@ -111,9 +111,11 @@ class Engine:
         return self._vocab[role]
 
     def sound_index(self, role: str = "public") -> SoundIndex:
-        """Every word of the KB this role may see, by sound: repairs of misheard words."""
+        """Every word of the KB this role may see, and of the ways callers ask for a person, by
+        sound: repairs of misheard words."""
         if role not in self._sounds:
-            self._sounds[role] = SoundIndex(self.retriever.vocabulary(role, limit=100_000))
+            asks = [w for p in self.request_phrases() for w in p.split()]
+            self._sounds[role] = SoundIndex(self.retriever.vocabulary(role, limit=100_000) + asks)
         return self._sounds[role]
 
     def request_phrases(self) -> list[str]:

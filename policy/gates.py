@@ -134,7 +134,7 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
             kw["team"] = facts.conversation_team or cfg.default_team
         return GateOutcome(action, reasons, gate, signals=signals, graded=graded, **kw)  # type: ignore[arg-type]
 
-    if early := _conversation_gates(facts, signals, out):
+    if early := _conversation_gates(facts, cfg, signals, out):
         return early
     if early := _intent_gates(facts, graded, cfg, signals, out):
         return early
@@ -150,8 +150,10 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
     return _evidence_gates(facts, graded, cfg, scorer, signals, out)
 
 
-def _conversation_gates(facts: TurnFacts, signals: dict[str, object], out) -> GateOutcome | None:  # noqa: ANN001
-    if facts.asr_low_confidence:
+def _conversation_gates(facts: TurnFacts, cfg: PolicyConfig, signals: dict[str, object],
+                        out) -> GateOutcome | None:  # noqa: ANN001
+    # a doubtful hearing is asked again, unless it asks for a person: that is never second to anything
+    if facts.asr_low_confidence and not (human_requested(facts.question, cfg) or "human_request" in facts.intents):
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
     if facts.small_talk:  # greetings, thanks, goodbyes ask nothing: a social reply
         signals["small_talk"] = facts.small_talk

@@ -207,7 +207,8 @@ class Session:
                          teams=eng.teams(self.role), action_hits=action_hits, asr_low_confidence=heard.low_conf,
                          context_only=heard.context_only, small_talk=heard.social,
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
-                         intents={} if quiet or heard.context_only else eng.intents(heard.normalized),
+                         intents={} if heard.social or heard.context_only or not heard.normalized.strip()
+                         else eng.intents(heard.normalized),
                          conversation_team=self.topic_team,
                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)
 

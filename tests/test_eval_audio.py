@@ -73,6 +73,7 @@ class FakeRuntime:
 
     def new_call(self, *, role="public", facets=None, config=None):
         self.calls.append(FakeCall(role, facets, self.mute, self.reheard))
+        self.calls[-1].config = config
         return self.calls[-1]
 
 
@@ -82,7 +83,7 @@ def case(turns=1, **caller) -> Case:
     return Case.model_validate(body)
 
 
-def wav(tmp_path: Path, seconds: float, sr: int = 8000) -> Path:
+def wav(tmp_path: Path, seconds: float, sr: int = 16000) -> Path:
     return write_wav(tmp_path / "a1.wav", np.zeros(int(seconds * sr), np.float32), sr)
 
 
@@ -90,27 +91,36 @@ def wav(tmp_path: Path, seconds: float, sr: int = 8000) -> Path:
 def test_runner_collects_final_transcripts_and_decisions(tmp_path):
     rt = FakeRuntime()
     transcripts, decisions, problems, hearing = run_audio_case(rt, case(2, customer_type="business"),
-                                                               wav(tmp_path, 2.0), config=object(), role="agent")
+                                                               wav(tmp_path, 2.0), config=None, role="agent")
     assert transcripts == ["turn 0", "turn 1"]
     assert hearing == [("turn 0", "said 0"), ("turn 1", "said 1")]
     assert [d.message for d in decisions] == ["no 0", "no 1"]
     assert problems == []
     call = rt.calls[0]
-    assert call.fed == 2 * 16000 * 2  # resampled 8 kHz -> 16 kHz PCM16
+    assert call.fed == 2 * 16000 * 2
     assert call.role == "agent" and call.facets == {"customer_type": "business"} and call.closed
+
+
+@pytest.mark.unit
+def test_a_telephone_recording_goes_in_at_8_khz_as_a_phone_line_does(tmp_path):
+    rt = FakeRuntime()
+    run_audio_case(rt, case(), wav(tmp_path, 1.0, sr=8000), config=None)
+    call = rt.calls[0]
+    assert call.config.input_rate == 8000 and call.fed == 8000 * 2  # the call resamples, not the runner
+    assert call.config.speech_threshold() == call.config.narrowband_vad_threshold
 
 
 @pytest.mark.unit
 def test_a_second_hearing_replaces_the_first_rather_than_adding_a_turn(tmp_path):
     transcripts, decisions, _, hearing = run_audio_case(FakeRuntime(reheard=True), case(2), wav(tmp_path, 2.0),
-                                                        config=object())
+                                                        config=None)
     assert transcripts == ["turn 0!", "turn 1!"] and len(decisions) == 2
     assert hearing == [("turn 0", "said 0"), ("turn 1", "said 1")]
 
 
 @pytest.mark.unit
 def test_runner_reports_missing_reply_audio(tmp_path):
-    _, decisions, problems, _ = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=object(),
+    _, decisions, problems, _ = run_audio_case(FakeRuntime(mute=True), case(), wav(tmp_path, 1.0), config=None,
                                             quiet_s=0.2)
     assert len(decisions) == 1
     assert problems == ["audio: no reply audio for turn(s) [1]"]

@@ -3,7 +3,7 @@ import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
 from kb.sound import SoundIndex, sound_key, sound_repairs
-from voice_agent.call.rehear import Hypothesis, accept, refused_for_evidence
+from voice_agent.call.rehear import Hypothesis, accept, needs_rehearing
 
 pytestmark = pytest.mark.unit
 
@@ -53,9 +53,11 @@ def _answer() -> Decision:
                     citations=[Citation(doc_id="fees", section="sim")])
 
 
-def test_only_evidence_refusals_are_heard_again():
-    assert refused_for_evidence(_refusal())
-    assert not refused_for_evidence(Decision(action=Action.refuse, message="no", reasons=[Reason.permission_denied]))
+def test_evidence_refusals_and_doubtful_hearings_are_heard_again():
+    assert needs_rehearing(_refusal())
+    assert needs_rehearing(Decision(action=Action.clarify, message="Sorry?", reasons=[Reason.asr_low_confidence]))
+    assert not needs_rehearing(Decision(action=Action.refuse, message="no", reasons=[Reason.permission_denied]))
+    assert not needs_rehearing(Decision(action=Action.clarify, message="Which?", reasons=[Reason.missing_facet]))
 
 
 def test_a_sound_alike_answer_is_taken_only_when_its_evidence_uses_the_repaired_word():

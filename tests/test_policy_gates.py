@@ -193,6 +193,12 @@ def test_low_asr_confidence_reprompts():
     assert o.action == Action.clarify and o.reasons == [Reason.asr_low_confidence]
 
 
+def test_a_doubtful_hearing_that_asks_for_a_person_is_transferred_not_asked_again():
+    for facts in ({"question": "Representative."}, {"question": "agent agent.", "intents": {"human_request": 0.6}}):
+        o = decide(TurnFacts(result=None, asr_low_confidence=True, **facts), CFG, TEST_SCORER)
+        assert o.action == Action.transfer and o.reasons == [Reason.human_requested], facts
+
+
 @pytest.mark.parametrize("title, spoken", [
     ("Early cancellation refunds", "According to our early cancellation refunds"),
     ("Family Safe parental controls", "According to our Family Safe parental controls"),

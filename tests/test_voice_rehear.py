@@ -56,3 +56,24 @@ def test_a_misheard_kb_word_is_repaired_by_sound_when_the_evidence_uses_it(voice
     sections = [engine.kb.section(f"{c.doc_id}#{c.section}") for c in decisions[0].citations]
     cited = " ".join(f"{s.heading} {s.text}" for s in sections)
     assert "router" in cited.lower()
+
+
+@pytest.mark.parametrize("said", ["I want to talk to a real person.", "Agent, please."])
+def test_a_request_for_a_person_over_the_telephone_line_is_transferred(voice, tmp_path, said):
+    # spoken, band-limited to 300-3400 Hz and passed through G.711 mu-law at 8 kHz, as a phone line
+    # carries it; the call takes it at 8 kHz and resamples it itself
+    import shutil
+    import subprocess
+
+    if not (shutil.which("espeak-ng") and shutil.which("sox")):
+        pytest.skip("espeak-ng and sox make the recording")
+    raw, phone = tmp_path / "raw.wav", tmp_path / "phone.wav"
+    subprocess.run(["espeak-ng", "-v", "en-us", "-s", "160", "-w", str(raw), said], check=True)
+    subprocess.run(["sox", str(raw), "-r", "8000", "-e", "mu-law", "-b", "8", str(tmp_path / "line.wav"),
+                    "sinc", "300-3400", "pad", "0.4", "0.8"], check=True)
+    subprocess.run(["sox", str(tmp_path / "line.wav"), "-e", "signed-integer", "-b", "16", str(phone)], check=True)
+    _, run, _ = voice
+    case = Case.model_validate({"id": "phone", "question": said, "expect": {"action": "transfer"}})
+    transcripts, decisions, problems, _ = run(case, phone)
+    assert problems == [] and len(decisions) == 1, (transcripts, problems)
+    assert decisions[0].action == Action.transfer and Reason.human_requested in decisions[0].reasons, transcripts

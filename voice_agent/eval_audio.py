@@ -30,10 +30,10 @@ QUIET_S = 3.0
 CaseAudio = tuple[list[str], list[Decision], list[str], list[tuple[str, str]]]
 
 
-def default_config() -> CallConfig:
+def default_config(input_rate: int = RATE) -> CallConfig:
     # Audio is fed faster than real time, so a later turn would "interrupt" an earlier reply that is
     # still being rendered; barge-in is off so every turn's reply is rendered whole.
-    return CallConfig(input_rate=RATE, barge_in=False, reply_lead_s=None)
+    return CallConfig(input_rate=input_rate, barge_in=False, reply_lead_s=None)
 
 
 class _Heard:
@@ -112,10 +112,12 @@ class _Heard:
         return problems
 
 
-async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig, role: str,
+async def _run(runtime: CallRuntime, case: Case, wav_path: Path, config: CallConfig | None, role: str,
                quiet_s: float, max_seconds: float) -> CaseAudio:
     pcm, sr = read_audio(wav_path, max_seconds)
-    rate = RATE
+    # a telephone recording goes in at 8 kHz, as a phone line's audio does: the call resamples it
+    config = config if config is not None else default_config(sr if sr in (8000, RATE) else RATE)
+    rate = config.input_rate
     if sr != rate:
         pcm = resample(pcm, sr, rate)
     call = runtime.new_call(role=case.role(role), facets=case.caller.all_facets(), config=config)
@@ -147,8 +149,7 @@ def run_audio_case(runtime: CallRuntime, case: Case, wav_path: str | Path, *,
     errors); the eval counts them as failures of the case. The fourth: per turn, ASR's first hearing
     and the policy's reading of it. `quiet_s`: how long a stream with fewer
     turns than the case expects must stay quiet before the case is scored as it stands."""
-    cfg = config if config is not None else default_config()
-    return asyncio.run(_run(runtime, case, Path(wav_path), cfg, role, quiet_s, max_seconds))
+    return asyncio.run(_run(runtime, case, Path(wav_path), config, role, quiet_s, max_seconds))
 
 
 def audio_setup(kb: str, state_dir: str, policy_file: str | None, on_date: dt.date | None,

@@ -65,7 +65,7 @@ class CallCore:
         self.on_turn = on_turn  # the server's checkpoint, after each decided turn
         self.id = self.session.session_id
         c = self.config
-        self._vad = StreamingVad(end_silence_ms=c.end_silence_ms, max_turn_s=c.max_turn_s, threshold=c.vad_threshold,
+        self._vad = StreamingVad(end_silence_ms=c.end_silence_ms, max_turn_s=c.max_turn_s, threshold=c.speech_threshold(),
                                  min_speech_ms=c.min_speech_ms, pre_roll_ms=c.pre_roll_ms,
                                  pause_ms=c.pause_ms if c.speculative_asr else None)
         self._barge = BargeInDetector(threshold=c.vad_threshold) if c.barge_in else None

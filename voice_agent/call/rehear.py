@@ -1,4 +1,5 @@
-"""Hearing a turn again before refusing it for lack of evidence: the refusal path's extra hypotheses.
+"""Hearing a turn again before refusing it for lack of evidence (or asking the caller to repeat a
+doubtful hearing): the refusal path's extra hypotheses.
 
 A misheard word ("cast" for "cost", "Ah, the regular" for "Operator") makes a turn look unanswerable.
 Before such a refusal the call weighs other hypotheses of the same audio:
@@ -36,7 +37,10 @@ class Hypothesis:
     repaired_words: tuple[str, ...] = ()
 
 
-def refused_for_evidence(d: Decision) -> bool:
+def needs_rehearing(d: Decision) -> bool:
+    """Refused for lack of evidence, or asked again because the hearing was doubtful."""
+    if d.action == Action.clarify and Reason.asr_low_confidence in d.reasons:
+        return True
     return d.action == Action.refuse and bool(set(d.reasons) & EVIDENCE_REFUSALS)
 
 

@@ -271,7 +271,7 @@ class CallSession(Speculation, Replies):
                 render = spec_reply.result()
             elif not spec_reply.cancelled():
                 LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
-        if self.config.asr_repair and not res.low_confidence and turn.audio is not None:
+        if self.config.asr_repair and turn.audio is not None:
             if render is not None and render.repair_ran:
                 repaired = render.repaired  # the pass already ran at the pause, on the same transcript
                 timings.update(render.rehear_timings)

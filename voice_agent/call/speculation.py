@@ -14,7 +14,7 @@ from kb.sound import sound_repairs
 
 from ..stages.turn_end import reads_complete
 from .core import CallCore
-from .rehear import Hypothesis, accept, refused_for_evidence
+from .rehear import Hypothesis, accept, needs_rehearing
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
@@ -103,28 +103,32 @@ class Speculation(CallCore):
 
     async def _repair_transcript(self, audio: np.ndarray, text: str, signal: AsrSignal, first: Decision | None,
                                  timings: dict[str, float]) -> tuple[str, AsrSignal, Decision] | None:
-        """For a turn about to be refused for lack of evidence: other hypotheses of the same audio
+        """For a turn about to be refused for lack of evidence, or asked again for a doubtful hearing:
+        other hypotheses of the same audio
         (`rehear`), the first one that clearly strengthens the turn. Returns (text, signal whose
         `repair` says why, previewed decision), or None to keep the first hearing. `timings` gets
         `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost."""
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
-        if not refused_for_evidence(decided):
+        if not needs_rehearing(decided):
             return None
         t0 = self.clock.now()
         try:
-            return await self._rehear(audio, text, signal)
+            return await self._rehear(audio, text, signal, timings)
         finally:
             timings["rehear"] = (self.clock.now() - t0) * 1000
 
-    async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
-        for h in self._sound_alikes(text, signal.avg_logprob):
+    async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal,
+                      timings: dict[str, float]) -> tuple[str, AsrSignal, Decision] | None:
+        # a doubtful hearing's words are no ground for sound-alikes: only a second decode
+        for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
             if (found := await self._try_hypothesis(h, text, signal)) is not None:
                 return found
         prompt = self.runtime.repair_prompt(self.role)
         if not prompt:
             return None
-        res = await asyncio.to_thread(self.runtime.transcriber.transcribe, audio, prompt=prompt, fallback=False)
+        res = await asyncio.to_thread(self.runtime.rehear_transcriber.transcribe, audio, prompt=prompt, fallback=False)
+        timings["rehear_decode"] = res.elapsed_ms
         new = res.text.strip()
         if res.low_confidence or not new or new.lower() == text.strip().lower():
             return None
