@@ -1,6 +1,7 @@
 """Clean a caller turn before it reaches retrieval: what a caller *said* → what they *meant*.
 
-- fillers dropped ("um", "uh", "you know", "like" used as a filler, stutters like "the the");
+- fillers dropped ("um", "uh", "you know", "like" used as a filler), and a restart's first copy
+  ("the the", "how much, how much do you");
 - spoken numbers to digits ("twenty four hours" → "24 hours", "two point five" → "2.5");
 - split words joined when the joined form is a KB term ("e sim" → "eSIM", "wi fi" → "Wi-Fi");
 - mishearings healed toward KB vocabulary ("rooter" → "router", "voice male" → "voicemail"),
@@ -28,7 +29,7 @@ class Normalized(BaseModel):
 
 
 FILLERS = {"um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "eh", "hmm", "hm", "mm", "mhm"}
-STUTTER_WORDS = {"i", "the", "a", "an", "my", "to", "is", "it", "and", "can", "how", "what", "do"}
+MAX_RESTART_WORDS = 4  # "I'm on. I'm on the basic ticket", "how much, how much do you hold"
 
 # Words that must never be "repaired" even if the whisper vocabulary is not available.
 _BASE_COMMON = set(
@@ -146,12 +147,28 @@ def _drop_fillers(toks: list[Tok], changes: list[str]) -> list[Tok]:
             _carry_punct(out, t)
             i += 1
             continue
-        if out and low in STUTTER_WORDS and out[-1].low == low and not out[-1].post.strip() and not t.pre:
-            changes.append(f"stutter: {t.core} {t.core}")
-            i += 1
-            continue
         out.append(t)
         i += 1
+    return out
+
+
+def _restarts(toks: list[Tok], changes: list[str]) -> list[Tok]:
+    """A caller who starts again says the same words twice ("the the", "I'm on. I'm on the basic
+    ticket", "how much, how much do you"): the first copy goes, whatever punctuation ASR put
+    between. Numbers stay ("4 4" may be a code), so do runs longer than MAX_RESTART_WORDS."""
+    out = list(toks)
+    i = 0
+    while i < len(out):
+        for n in range(min(MAX_RESTART_WORDS, (len(out) - i) // 2), 0, -1):
+            first, again = out[i:i + n], out[i + n:i + 2 * n]
+            if [t.low for t in first] == [t.low for t in again] and all(t.low.isalpha() or "'" in t.low for t in first):
+                changes.append(f"restart: {' '.join(t.core for t in first)}")
+                if not again[0].pre:
+                    again[0].pre = first[0].pre
+                del out[i:i + n]
+                break
+        else:
+            i += 1
     return out
 
 
@@ -285,7 +302,8 @@ def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None) -> 
     vocab = _vocab(vocabulary)
     toks = tokens(text or "")
     toks = _drop_fillers(toks, changes)
-    toks = spoken_numbers(toks, changes, vocab.lower_words)
+    toks = spoken_numbers(toks, changes, vocab.lower_words)  # first: "twenty twenty six" is no restart
+    toks = _restarts(toks, changes)
     toks = _joins(toks, changes, vocab)
     toks = _spelled_letters(toks, changes)
     toks = _repairs(toks, changes, vocab)

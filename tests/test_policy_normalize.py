@@ -114,3 +114,14 @@ def test_with_the_fixture_kb_vocabulary():
 ])
 def test_spelled_letters_join_and_lone_words_stay(said, meant):
     assert normalize_transcript(said).text == meant
+
+
+@pytest.mark.parametrize("said,meant", [
+    ("Yeah, hi. I'm on. I'm on the basic ticket.", "Yeah, hi. I'm on the basic ticket."),
+    ("So how much, how much do you hold on my card?", "So how much do you hold on my card?"),
+    ("I live on, live on my own now", "I live on my own now"),
+    ("in twenty twenty six", "in 2026"),        # spoken numbers are read first: no restart
+    ("is the code four four seven", "is the code 4 4 7"),  # repeated digits stay
+])
+def test_a_restart_keeps_one_copy(said, meant):
+    assert normalize_transcript(said).text == meant

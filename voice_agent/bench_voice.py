@@ -29,6 +29,7 @@ from policy.cli import fail
 from .audio import AudioError, float_to_pcm16, resample
 from .audio_files import read_audio
 from .call import CallConfig, VoiceRuntime
+from .call.runtime import REHEAR_MODEL
 from .stages.vad import StreamingVad
 
 SR = 16000
@@ -68,6 +69,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="folder of call recordings (default: fixtures/audio/calls, else fixtures/audio)")
     p.add_argument("--limit", type=int, default=12, help="at most this many recordings (default 12; 0 = all)")
     p.add_argument("--asr-model", default="tiny.en")
+    p.add_argument("--rehear-model", default=REHEAR_MODEL,
+                   help=f"the second decode's model on the refusal path (default {REHEAR_MODEL}; the first model "
+                        "when not installed)")
     p.add_argument("--end-silence-ms", type=int, default=500)
     p.add_argument("--no-speculative", action="store_true", help="transcribe only after the turn has ended")
     p.add_argument("--no-asr-repair", action="store_true",
@@ -323,7 +327,7 @@ def cli(argv: list[str]) -> int:
     state = args.state_dir or tempfile.mkdtemp(prefix="bench-voice-")
     t = time.perf_counter()
     try:
-        runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=state)
+        runtime = VoiceRuntime.load(kb, asr_model=args.asr_model, state_dir=state, rehear_model=args.rehear_model)
     except Exception as e:  # noqa: BLE001
         print(f"error: cannot start the voice path: {e}", file=sys.stderr)
         return 2
