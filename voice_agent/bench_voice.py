@@ -70,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=12, help="at most this many recordings (default 12; 0 = all)")
     p.add_argument("--asr-model", default="tiny.en")
     p.add_argument("--rehear-model", default=REHEAR_MODEL,
-                   help=f"the second decode's model on the refusal path (default {REHEAR_MODEL}; the first model "
-                        "when not installed)")
+                   help="the second decode's model on the refusal path (default: the call's own; e.g. base, "
+                        "the first model when not installed)")
     p.add_argument("--end-silence-ms", type=int, default=500)
     p.add_argument("--no-speculative", action="store_true", help="transcribe only after the turn has ended")
     p.add_argument("--no-asr-repair", action="store_true",

@@ -18,10 +18,12 @@ from .config import CallConfig
 from .session import CallSession
 
 
-# Measured on 120 recordings of 15 domains (noise, telephone, espeak/flite/piper voices): WER 0.21 with
-# tiny.en, 0.19 with base, at about twice the time (0.35 s a turn on 2 cores): worth it only on the
-# turns about to be refused.
-REHEAR_MODEL = "base"
+# The second decode's model (None: the call's own). Measured on the 360 recordings of 15 domains:
+# whisper base hears better (WER 0.19 against tiny.en's 0.21 on 120 of them) and the voice path
+# passed 0.667 of cases against 0.658, but 2 of the turns it changed were answered where they should
+# not have been (0 with tiny.en), and it adds ~180 ms and ~170 MB to the refusal path (bench voice
+# refusal p95 1401 against 1330 ms). `bench voice --rehear-model base` measures it again.
+REHEAR_MODEL: str | None = None
 
 
 def _rehear_transcriber(model: str | None, first: str) -> WhisperTranscriber | None:
