@@ -108,7 +108,7 @@ def reheard_line(pairs: list[Pair]) -> str:
     changed = [(v, t) for v, _ in pairs for t in v.turns if t.heard]
     unsafe = sum(t.decision.action == Action.answer and t.expected is not None and Action.answer not in t.expected
                  for _, t in changed)
-    passed = sum(v.ok for v in {id(v): v for v, _ in changed}.values())
-    cases = len({id(v) for v, _ in changed})
-    return (f"heard again and changed: {len(changed)} turns of {cases} cases; {passed} of those cases passed, "
+    cases = {id(v): v for v, _ in changed}.values()
+    passed = sum(v.ok for v in cases)
+    return (f"heard again and changed: {len(changed)} turns of {len(cases)} cases; {passed} of those cases passed, "
             f"{unsafe} turns answered where they should not")

@@ -78,20 +78,33 @@ class SoundIndex:
         return best[0]
 
 
+def _repairs_in(text: str, index: SoundIndex, keep: frozenset[str]) -> list[tuple[re.Match[str], SoundRepair]]:
+    """Each word of `text` the KB does not use that has a KB sound-alike, with its repair."""
+    found = []
+    for m in _WORD.finditer(text):
+        low = m.group(0).lower()
+        if len(low) < 3 or low in index.words or low in keep:
+            continue
+        if (r := index.nearest(low)) is not None:
+            found.append((m, r))
+    return found
+
+
+def _as_heard(m: re.Match[str], r: SoundRepair) -> str:
+    return r.meant.capitalize() if m.group(0)[:1].isupper() else r.meant
+
+
 def sound_repairs(text: str, index: SoundIndex, keep: frozenset[str] = STOPWORDS) -> tuple[str, list[SoundRepair]]:
     """`text` with each word the KB does not use replaced by its KB sound-alike, and the repairs
     made. `keep`: words never replaced (by default function words)."""
-    repairs: list[SoundRepair] = []
+    found = _repairs_in(text, index, keep)
+    out, at = [], 0
+    for m, r in found:
+        out += [text[at:m.start()], _as_heard(m, r)]
+        at = m.end()
+    return "".join(out) + text[at:], [r for _, r in found]
 
-    def swap(m: re.Match[str]) -> str:
-        w = m.group(0)
-        low = w.lower()
-        if len(low) < 3 or low in index.words or low in keep:
-            return w
-        r = index.nearest(low)
-        if r is None:
-            return w
-        repairs.append(r)
-        return r.meant.capitalize() if w[:1].isupper() else r.meant
 
-    return _WORD.sub(swap, text), repairs
+def sound_alikes(text: str, index: SoundIndex, keep: frozenset[str] = STOPWORDS) -> list[tuple[str, SoundRepair]]:
+    """One hypothesis per repairable word: `text` with only that word replaced by its sound-alike."""
+    return [(text[:m.start()] + _as_heard(m, r) + text[m.end():], r) for m, r in _repairs_in(text, index, keep)]

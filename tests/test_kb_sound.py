@@ -2,7 +2,7 @@
 import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
-from kb.sound import SoundIndex, sound_key, sound_repairs
+from kb.sound import SoundIndex, sound_alikes, sound_key, sound_repairs
 from voice_agent.call.rehear import Hypothesis, accept, needs_rehearing
 
 pytestmark = pytest.mark.unit
@@ -83,3 +83,12 @@ def test_a_request_for_a_person_is_taken_even_when_the_words_changed():
 def test_a_different_sentence_is_a_different_hearing():
     h = Hypothesis("Where is the nearest store?", -0.1, "second decode", decoded=True)
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "store") is None
+
+
+def test_sound_alikes_repair_one_word_each_and_keep_its_capital():
+    alikes = sound_alikes("Ruger says the plant will cast more", SoundIndex(KB_WORDS))
+    assert [(text, r.meant) for text, r in alikes] == [
+        ("Router says the plant will cast more", "router"),
+        ("Ruger says the plan will cast more", "plan"),
+        ("Ruger says the plant will cost more", "cost"),
+    ]

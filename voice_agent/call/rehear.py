@@ -48,10 +48,12 @@ def words_kept(a: str, b: str) -> float:
     return difflib.SequenceMatcher(None, a.lower().split(), b.lower().split()).ratio()
 
 
-def _fits_audio(h: Hypothesis, first_logprob: float | None) -> bool:
+def _fits_audio(h: Hypothesis, first_logprob: float | None, drop: float = MAX_LOGPROB_DROP) -> bool:
+    """A decode's mean log-probability at most `drop` below the first hearing's (a repair of the
+    first hearing's own words fits as well as it did)."""
     if not h.decoded or h.avg_logprob is None or first_logprob is None:
         return True
-    return h.avg_logprob >= first_logprob - MAX_LOGPROB_DROP
+    return h.avg_logprob >= first_logprob - drop
 
 
 def _in_evidence(words: tuple[str, ...], cited_text: str) -> bool:
@@ -65,9 +67,7 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
         return None
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
         # to a person: safe even when the words changed a lot, if the decode fits the audio as well
-        if not h.decoded or h.avg_logprob is None or first_logprob is None or h.avg_logprob >= first_logprob:
-            return f"{h.how}: {d.reasons[0].value}"
-        return None
+        return f"{h.how}: {d.reasons[0].value}" if _fits_audio(h, first_logprob, drop=0.0) else None
     if d.action == Action.refuse or words_kept(first_text, h.text) < MIN_WORDS_KEPT:
         return None
     if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):

@@ -4,13 +4,12 @@ complete; and undoing an early end when the caller goes on speaking."""
 from __future__ import annotations
 
 import asyncio
-import re
 
 import numpy as np
 
 from policy.decision import Action, Decision
 from policy.engine import AsrSignal
-from kb.sound import sound_repairs
+from kb.sound import sound_alikes
 
 from ..stages.turn_end import reads_complete
 from .core import CallCore
@@ -140,11 +139,8 @@ class Speculation(CallCore):
 
     def _sound_alikes(self, text: str, logprob: float | None, decoded: bool = False) -> list[Hypothesis]:
         """`text` with one word the KB does not use replaced by its KB sound-alike, per such word."""
-        out = []
-        for r in sound_repairs(text, self.runtime.engine.sound_index(self.role))[1]:
-            fixed = re.sub(rf"\b{re.escape(r.heard)}\b", r.meant, text, count=1, flags=re.IGNORECASE)
-            out.append(Hypothesis(fixed, logprob, f"sounds like: {r}", decoded=decoded, repaired_words=(r.meant,)))
-        return out[:MAX_SOUND_ALIKES]
+        return [Hypothesis(fixed, logprob, f"sounds like: {r}", decoded=decoded, repaired_words=(r.meant,))
+                for fixed, r in sound_alikes(text, self.runtime.engine.sound_index(self.role))[:MAX_SOUND_ALIKES]]
 
     async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
