@@ -199,6 +199,11 @@ class Engine:
             self._intent_memo[key] = self._intents.detect(key)
         return self._intent_memo[key]
 
+    def warmup(self) -> None:
+        """Load what the first turn would otherwise load on the caller's time (word frequencies,
+        intent examples, the soft matcher, unit scores): a previewed turn, recorded nowhere."""
+        self.session().preview("how much does it cost and how long does it take")
+
     def session(self, role: str = "public", facets: dict[str, str] | None = None,
                 session_id: str | None = None, policy: str = "gated", *,
                 state: SessionState | None = None) -> "Session":

@@ -257,3 +257,11 @@ def test_unknown_role_is_an_error_not_public_access(engine):
 
     with pytest.raises(UnknownRole, match="agnet"):
         engine.session(role="agnet")
+
+
+def test_warmup_loads_the_first_turn_s_lazy_parts_and_records_nothing(tmp_path):
+    state = tmp_path / "state"
+    e = Engine.load("fixtures/kb", state_dir=state, on_date=DATE)
+    e.warmup()
+    assert e._intent_memo or not e.config.intents  # the intent examples are embedded
+    assert not [p for p in state.rglob("*") if p.is_file()]  # no audit line, no handoff
