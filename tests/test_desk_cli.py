@@ -96,8 +96,11 @@ def test_the_environment_variable_selects_the_store():
 
 def follow_until_ctrl_c(argv: list[str], write) -> tuple[list[str], subprocess.Popen]:
     """Start `run.py handoffs --follow`, call `write()` once it follows, read what it prints, Ctrl-C it."""
+    # Ctrl-C as at a terminal, however the tests were started: a shell's background job (`cmd &`
+    # without job control) inherits SIGINT ignored, and the desk would never see it
     proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), "handoffs", "--follow", *argv], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
     try:
