@@ -56,9 +56,19 @@ def test_human_request_transfers_even_with_perfect_evidence():
     assert o.action == Action.transfer and o.reasons == [Reason.human_requested]
 
 
-@pytest.mark.parametrize("phrase", ["operator", "representative please", "agent please", "人工", "can I speak to a human"])
+@pytest.mark.parametrize("phrase", ["operator", "representative please", "agent please", "人工", "can I speak to a human",
+                                    "receptionist, please", "I need to speak with somebody from your team",
+                                    "could you pass me over to one of your colleagues",
+                                    "I'd prefer to deal with a person", "can I have a word with a real advisor"])
 def test_human_request_phrasings(phrase):
     assert run(phrase, result()).action == Action.transfer
+
+
+@pytest.mark.parametrize("phrase", ["who was the operator before you took over the network",
+                                    "how many human operators did the old exchanges need",
+                                    "how much can the desk knock off without having to ask a manager"])
+def test_naming_a_person_is_not_asking_for_one(phrase):
+    assert run(phrase, result()).gate != "a_human"
 
 
 def test_a_request_for_a_person_by_meaning_transfers():
