@@ -7,7 +7,9 @@ example, labelled from the case's expectation alone:
   section);
 - a turn that must be refused for lack of evidence (not a conflict, not a refused request): every
   current section is a negative;
-- turns settled by other gates (transfers, clarifies, faults, conflicts) teach nothing here.
+- other turns (transfers, clarifies, faults, conflicts, disallowed requests) teach nothing here.
+The lesson comes from the case alone, never from the gate that decided the turn: a policy rule that
+changes how a turn is read (a request for a person, say) must not change what the scorer learns.
 Sealed domains are never passed in."""
 from __future__ import annotations
 
@@ -35,7 +37,8 @@ from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
-_NOT_EVIDENCE_GATES = {"a_human", "b_disallowed", "c_approval", "c_high_risk", "asr", "small_talk", "context_only"}
+# buckets whose refusals are about the request, not the evidence: the sections found may well answer
+_NOT_EVIDENCE_BUCKETS = ("conflict", "disallow", "high_risk", "human", "approval")
 
 
 @dataclass
@@ -68,14 +71,14 @@ def _holds(hit: Hit, phrases: list[str]) -> bool:
     return all(_norm(p) in text for p in phrases)
 
 
-def _teaches(case: Case, expected: list[Action] | None, gate: str) -> str | None:
-    """'answer', 'refuse' or None: what this turn says about answerability."""
-    if case.faults or expected is None or gate in _NOT_EVIDENCE_GATES:
+def _teaches(case: Case, expected: list[Action] | None) -> str | None:
+    """'answer', 'refuse' or None: what this turn says about answerability, from the case alone."""
+    if case.faults or expected is None:
         return None
     if expected == [Action.answer]:
         return "answer"
-    conflict = bool(case.expect.not_contains_any_alone) or "conflict" in case.bucket.lower()
-    if expected == [Action.refuse] and not conflict and "disallow" not in case.bucket.lower():
+    about_request = any(b in case.bucket.lower() for b in _NOT_EVIDENCE_BUCKETS)
+    if expected == [Action.refuse] and not case.expect.not_contains_any_alone and not about_request:
         return "refuse"
     return None
 
@@ -107,7 +110,7 @@ def capture(engine: Engine, cases: list[Case], domain: str) -> list[Example]:
         turns = case.caller_turns
         for i, text in enumerate(turns):
             res = session.turn(text, faults=tuple(case.faults))
-            lesson = _teaches(case, expected[i], res.gate)
+            lesson = _teaches(case, expected[i])
             if lesson is None:
                 continue
             for g, label in _label_turn(case, lesson, res.graded, i == len(turns) - 1):

@@ -89,16 +89,19 @@ def _ex(label, row=None, lesson="answer"):
 
 
 @pytest.mark.unit
-def test_turns_teach_answerability_only_from_evidence_outcomes():
+def test_turns_teach_answerability_only_from_evidence_outcomes_read_from_the_case():
     answer = Case.model_validate({"id": "a", "question": "q", "expect": {"action": "answer"}})
     refuse = Case.model_validate({"id": "r", "bucket": "no_answer", "question": "q", "expect": {"action": "refuse"}})
     conflict = Case.model_validate({"id": "c", "bucket": "conflicting_sources", "question": "q",
                                     "expect": {"action": "refuse"}})
-    assert _teaches(answer, [Action.answer], "j_answer") == "answer"
-    assert _teaches(refuse, [Action.refuse], "e_no_evidence") == "refuse"
-    assert _teaches(refuse, [Action.refuse], "b_disallowed") is None
-    assert _teaches(conflict, [Action.refuse], "g_conflict") is None
-    assert _teaches(answer, [Action.transfer], "a_human") is None
+    disallowed = Case.model_validate({"id": "x", "bucket": "disallowed", "question": "q",
+                                      "expect": {"action": "refuse"}})
+    assert _teaches(answer, [Action.answer]) == "answer"
+    assert _teaches(refuse, [Action.refuse]) == "refuse"
+    assert _teaches(disallowed, [Action.refuse]) is None  # refused for what is asked, not for evidence
+    assert _teaches(conflict, [Action.refuse]) is None
+    assert _teaches(answer, [Action.transfer]) is None
+    assert _teaches(answer, None) is None
 
 
 @pytest.mark.unit
