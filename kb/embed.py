@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -21,6 +22,7 @@ __all__ = ["Embedder", "EmbeddingUnavailable", "load_embedder", "DIM", "MAX_TOKE
 
 DIM = 384
 MAX_TOKENS = 256
+RECENT_EMBEDDINGS = 4096  # remembered small calls (1.5 KB each)
 _TOKENIZER_REL = Path("embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 
 
@@ -74,6 +76,10 @@ class Embedder:
         self._tokenizer: Tokenizer | None = None
         self._input_names: set[str] = set()
         self._model_id: str | None = None
+        # A turn embeds the same words more than once (its clauses for the intents and the facets,
+        # the whole turn for search): small calls are remembered by their token ids.
+        self._recent: dict[tuple[int, ...], np.ndarray] = {}
+        self._recent_lock = threading.Lock()
 
     @property
     def model_id(self) -> str:
@@ -130,6 +136,27 @@ class Embedder:
     def embed(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         """(n, 384) float32, L2-normalized. Batches by length so padding stays small."""
         self._load()
+        if progress is None and 0 < len(texts) <= self.batch_size:
+            return self._embed_remembered(texts)
+        return self._embed_all(texts, progress)
+
+    def _embed_remembered(self, texts: list[str]) -> np.ndarray:
+        assert self._tokenizer is not None  # _load() set it
+        keys = [tuple(e.ids) for e in self._tokenizer.encode_batch([t or " " for t in texts])]
+        with self._recent_lock:
+            known = {k: self._recent[k] for k in keys if k in self._recent}
+        todo = list(dict.fromkeys(k for k in keys if k not in known))
+        if todo:
+            first = {k: texts[keys.index(k)] for k in todo}
+            vecs = self._embed_all([first[k] for k in todo])
+            known.update(zip(todo, vecs))
+            with self._recent_lock:
+                if len(self._recent) > RECENT_EMBEDDINGS:
+                    self._recent.clear()
+                self._recent.update(zip(todo, vecs))
+        return np.stack([known[k] for k in keys]).astype(np.float32, copy=True)
+
+    def _embed_all(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:
         out = np.zeros((len(texts), DIM), dtype=np.float32)
         if not texts:
             return out

@@ -19,6 +19,7 @@ import re
 from typing import Iterable
 
 from pydantic import BaseModel, Field
+from rapidfuzz import fuzz, process
 
 from .transcript_tokens import Tok, join_tokens, spoken_numbers, tokens
 
@@ -96,6 +97,11 @@ class _Vocab:
         # compatible lengths: skip the rest of the vocabulary without changing the result.
         n = len(k)
         pool = [c for length, ks in self._by_len.items() if 2 * min(n, length) / (n + length) >= cutoff for c in ks]
+        # difflib's ratio counts matching blocks, a common subsequence, so it never exceeds the
+        # longest-common-subsequence ratio rapidfuzz computes in C: its survivors hold every match
+        # (same result, ~10x fewer words for difflib on a large KB)
+        pool = [c for c, _, _ in process.extract(k, pool, scorer=fuzz.ratio, score_cutoff=cutoff * 100 - 1e-6,
+                                                 limit=None)]
         cands = difflib.get_close_matches(k, pool, n=3, cutoff=cutoff)
         if not cands:
             return None

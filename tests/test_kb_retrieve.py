@@ -400,3 +400,22 @@ def test_initials_of_names_are_indexed():
     text = ("Calls to Zone 2, the United Kingdom and EU countries, cost 12 cents. Direct Debit is free. "
             "Visit the Market Street store.")
     assert initialisms(text) == ["ms", "uk"]  # "Direct Debit" opens a sentence: not a name run
+
+
+@pytest.mark.unit
+def test_a_turns_repeated_words_are_embedded_once_and_alike():
+    from kb.embed import load_embedder
+
+    emb = load_embedder(threads=1)
+    emb._recent.clear()
+    texts = ["How much is the late fee?", "the late fee", "HOW MUCH IS THE LATE FEE?"]
+    fresh = emb._embed_all(texts)
+    runs = []
+    real_run = emb._run
+    emb._run = lambda batch: runs.append(list(batch)) or real_run(batch)  # type: ignore[method-assign]
+    first = emb.embed(texts)
+    again = emb.embed(["the late fee", "how much is the late fee?"])
+    # the tokenizer is uncased: the third text is the first one; one model run for the first call, none after
+    assert len(runs) == 1 and sorted(runs[0]) == ["How much is the late fee?", "the late fee"]
+    assert np.allclose(first, fresh, atol=1e-5)
+    assert np.allclose(again, fresh[[1, 0]], atol=1e-5)

@@ -125,3 +125,31 @@ def test_spelled_letters_join_and_lone_words_stay(said, meant):
 ])
 def test_a_restart_keeps_one_copy(said, meant):
     assert normalize_transcript(said).text == meant
+
+
+@pytest.mark.unit
+def test_the_narrowed_near_spelling_search_finds_what_difflib_alone_finds():
+    import difflib
+    import random
+
+    from kb.loader import load_kb
+    from policy.normalize import _key, _Vocab
+
+    words = sorted({w for s in load_kb("fixtures/kb").sections for w in s.text.split() if w.isalpha()})
+    vocab = _Vocab(words)
+    rng = random.Random(7)
+    probes = [_key(w[:-1] + "x") for w in rng.sample(words, 150) if len(w) > 4]
+    probes += [_key(a + b) for a, b in zip(rng.sample(words, 60), rng.sample(words, 60))]
+    found = 0
+    for k in probes:
+        for cutoff in (0.75, 0.85):
+            full = difflib.get_close_matches(k, vocab.keys, n=3, cutoff=cutoff)
+            narrowed = vocab._close(k, cutoff)
+            if not full:
+                assert narrowed is None, k
+                continue
+            found += 1
+            score = [difflib.SequenceMatcher(None, k, c).ratio() for c in full]
+            tie = len(full) > 1 and score[1] >= score[0] - 1e-9 and vocab.by_key[full[0]].lower() != vocab.by_key[full[1]].lower()
+            assert narrowed == (None if tie else vocab.by_key[full[0]]), k
+    assert found > 50  # the probes do reach KB words
