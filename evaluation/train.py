@@ -182,8 +182,8 @@ def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]
     sections, as the gates compute it) and whether answering from it is right (an answer turn
     whose answering section is in that document)."""
     turns: dict[tuple[str, int], list[tuple[float, Example]]] = {}
-    for e in examples:
-        turns.setdefault((e.case_id, e.turn), []).append((scorer.probability(e.row), e))
+    for e, p in zip(examples, scorer.probabilities([e.row for e in examples])):
+        turns.setdefault((e.case_id, e.turn), []).append((p, e))
     out = []
     for rows in turns.values():
         by_doc: dict[str, list[tuple[float, Example]]] = {}

@@ -51,9 +51,10 @@ def _lexical_only_p(row: dict[str, float]) -> float:
 def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[GradedHit]:
     """Every hit with its probability of answering, best first."""
     q, rows = feature_rows(result, kind)
+    features = [row for row, _ in rows]
+    ps = [_lexical_only_p(r) for r in features] if result.lexical_only else scorer.probabilities(features)
     graded = []
-    for hit, (row, missing) in zip(result.hits, rows):
-        p = _lexical_only_p(row) if result.lexical_only else scorer.probability(row)
+    for hit, (row, missing), p in zip(result.hits, rows, ps):
         words = [q.surface.get(t, t) for t in missing]  # in the caller's words, never as stems
         graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q) for u in hit.units]))
     graded.sort(key=lambda g: -g.p)

@@ -2,7 +2,8 @@
 features (policy/features.py). Small gradient-boosted trees fitted across domains
 (evaluation/train.py), shipped as `answerability.json`; a KB may carry its own next to `_policy.yaml`.
 
-Evaluating it is plain Python over a few dozen small trees, so a turn never imports scikit-learn."""
+Evaluating it is numpy over the trees' node arrays (policy/forest.py), so a turn never imports
+scikit-learn."""
 from __future__ import annotations
 
 import json
@@ -11,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict, cast
 
+import numpy as np
+
 from kb.jsontypes import JsonObject
 
 from .features import FEATURES
+from .forest import Forest
 
 DEFAULT_MODEL_FILE = Path(__file__).with_name("answerability.json")
 KB_MODEL_NAME = "_answerability.json"
@@ -80,15 +84,26 @@ class Scorer:
     # P(the best section of a turn answers it) from its p: a logistic in logit(p), fitted on turns
     # of domains the trees were not fitted on (evaluation/train.py); (1, 0) leaves p as it is
     calibration: tuple[float, float] = (1.0, 0.0)
+    _forest: tuple[int, int, Forest] | None = field(default=None, init=False, repr=False, compare=False)
 
-    def _raw(self, x: list[float]) -> float:
-        if self.trees:
-            return self.intercept + self.rate * sum(t.predict(x) for t in self.trees)
-        return self.intercept + sum(c * (v - m) / (s or 1.0) for v, m, s, c in zip(x, self.mean, self.scale, self.coef))
+    def _raws(self, xs: list[list[float]]) -> list[float]:
+        if not self.trees:
+            return [self.intercept + sum(c * (v - m) / (s or 1.0) for v, m, s, c in zip(x, self.mean, self.scale, self.coef))
+                    for x in xs]
+        if self._forest is None or self._forest[:2] != (id(self.trees), len(self.trees)):
+            self._forest = (id(self.trees), len(self.trees), Forest.of(self.trees))
+        sums = self._forest[2].tree_sums(np.array(xs, dtype=np.float64))
+        return [self.intercept + self.rate * float(v) for v in sums]
+
+    def probabilities(self, rows: list[dict[str, float]]) -> list[float]:
+        """The probability of answering for each row of features, all in one pass over the trees."""
+        if not rows:
+            return []
+        zs = self._raws([[row.get(n, 0.0) for n in self.features] for row in rows])
+        return [1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z)))) for z in zs]
 
     def probability(self, row: dict[str, float]) -> float:
-        z = self._raw([row.get(n, 0.0) for n in self.features])
-        return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+        return self.probabilities([row])[0]
 
     def answer_probability(self, p: float) -> float:
         """Calibrated: how likely a turn's best section (of probability p) answers the turn."""
@@ -100,10 +115,8 @@ class Scorer:
     def explain(self, row: dict[str, float], top: int = 3) -> list[str]:
         """The features that moved this probability most: how p changes when each one is set to
         its average over the training sections ('unit_max +0.31')."""
-        p = self.probability(row)
-        parts = []
-        for name, m in zip(self.features, self.mean):
-            parts.append((p - self.probability({**row, name: m}), name))
+        p, *moved = self.probabilities([row, *({**row, name: m} for name, m in zip(self.features, self.mean))])
+        parts = [(p - q, name) for q, name in zip(moved, self.features)]
         parts.sort(key=lambda x: -abs(x[0]))
         return [f"{n} {v:+.2f}" for v, n in parts[:top]]
 

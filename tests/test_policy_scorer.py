@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import math
+
 import pytest
 
 from policy.features import FEATURES
@@ -68,3 +70,21 @@ def test_the_shipped_scorer_loads_and_a_kb_may_carry_its_own(tmp_path):
     with pytest.raises(ScorerError, match="cannot read scorer"):
         load_scorer(tmp_path)
     assert DEFAULT_MODEL_FILE.name == "answerability.json"
+
+
+@pytest.mark.unit
+def test_all_rows_through_all_trees_at_once_give_the_per_tree_sums_exactly():
+    import random
+
+    from policy.scorer import load_scorer
+
+    s = load_scorer()  # the shipped trees
+    rng = random.Random(3)
+    rows = [{f: rng.choice([0.0, 1.0, rng.random(), rng.uniform(-1, 2)]) for f in FEATURES} for _ in range(300)]
+    one_by_one = []
+    for row in rows:
+        x = [row[n] for n in s.features]
+        z = s.intercept + s.rate * sum(t.predict(x) for t in s.trees)
+        one_by_one.append(1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z)))))
+    assert s.probabilities(rows) == one_by_one  # the same floats, not merely close
+    assert len(set(one_by_one)) > 100  # the rows reach many different leaves
