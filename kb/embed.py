@@ -145,15 +145,17 @@ class Embedder:
         keys = [tuple(e.ids) for e in self._tokenizer.encode_batch([t or " " for t in texts])]
         with self._recent_lock:
             known = {k: self._recent[k] for k in keys if k in self._recent}
-        todo = list(dict.fromkeys(k for k in keys if k not in known))
+        todo: dict[tuple[int, ...], str] = {}
+        for k, t in zip(keys, texts):
+            if k not in known:
+                todo.setdefault(k, t)  # the first of the texts that read alike
         if todo:
-            first = {k: texts[keys.index(k)] for k in todo}
-            vecs = self._embed_all([first[k] for k in todo])
-            known.update(zip(todo, vecs))
+            fresh = dict(zip(todo, self._embed_all(list(todo.values()))))
+            known.update(fresh)
             with self._recent_lock:
                 if len(self._recent) > RECENT_EMBEDDINGS:
                     self._recent.clear()
-                self._recent.update(zip(todo, vecs))
+                self._recent.update(fresh)
         return np.stack([known[k] for k in keys]).astype(np.float32, copy=True)
 
     def _embed_all(self, texts: list[str], progress: Callable[[int], None] | None = None) -> np.ndarray:

@@ -68,6 +68,10 @@ class Tree:
         return self.value[node]
 
 
+def _sigmoid(z: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+
+
 @dataclass
 class Scorer:
     """Gradient-boosted trees over the features (or, with no trees, a logistic model on scaled
@@ -100,7 +104,7 @@ class Scorer:
         if not rows:
             return []
         zs = self._raws([[row.get(n, 0.0) for n in self.features] for row in rows])
-        return [1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z)))) for z in zs]
+        return [_sigmoid(z) for z in zs]
 
     def probability(self, row: dict[str, float]) -> float:
         return self.probabilities([row])[0]
@@ -110,7 +114,7 @@ class Scorer:
         p = min(max(p, 1e-6), 1 - 1e-6)
         a, b = self.calibration
         z = a * math.log(p / (1 - p)) + b
-        return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+        return _sigmoid(z)
 
     def explain(self, row: dict[str, float], top: int = 3) -> list[str]:
         """The features that moved this probability most: how p changes when each one is set to
