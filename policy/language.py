@@ -79,16 +79,26 @@ _ASKING = re.compile(r"^(?:(?:so|and|but|ok|okay|right|well|oh|um|uh|also|then|a
                      r"will|would|should|am|may|have|has)\b")
 
 
+_CLAUSE_END = re.compile(r"[,.;!?]+")
+# A question word inside a clause opens the question it asks ("... my membership when does it start"):
+# ASR may write no comma before it, so the asking clause is found without one.
+_WH_INSIDE = re.compile(r"\s(?=(?:how|what|what's|whats|when|where|why|which|who|whose)\b)")
+
+
+def _clauses(text: str) -> list[str]:
+    return [c.strip() for c in _CLAUSE_END.split(normalize_text(text)) if c.strip()]
+
+
 def asks_question(text: str) -> bool:
     """Whether some clause of the turn asks something by its words (never by a "?", which ASR may
     or may not write): a question word or an inverted verb opens it."""
-    return any(_ASKING.search(c.strip()) for c in re.split(r"[,.;!?]+", normalize_text(text)) if c.strip())
+    return any(_ASKING.search(c) for c in _clauses(text))
 
 
 def question_focus(text: str) -> str | None:
     """The clause that asks, when the turn says more than its question ("my new card came this
     morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
-    clauses = [c.strip() for c in re.split(r"[,.;!?]+", normalize_text(text)) if c.strip()]
+    clauses = [p.strip() for c in _clauses(text) for p in _WH_INSIDE.split(c) if p.strip()]
     asking = [c for c in clauses if _ASKING.search(c)]
     if len(clauses) < 2 or not asking or len(asking[-1].split()) < 3:
         return None

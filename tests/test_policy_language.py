@@ -66,5 +66,13 @@ def test_the_clause_that_asks_is_the_focus():
     assert question_focus("How do I reset my router?") is None
 
 
+def test_question_focus_needs_no_comma():
+    # ASR may write no comma before the question: the asking clause is the same either way
+    said = "If I go up a level on my membership{} when does that actually kick in?"
+    assert question_focus(said.format(",")) == question_focus(said.format("")) == "when does that actually kick in"
+    assert question_focus("I lost my card, can I get a new one sent abroad?") == "can i get a new one sent abroad"
+    assert question_focus("When does my contract end?") is None  # a question word that opens the turn
+
+
 def test_frame_words_weigh_less_than_subjects():
     assert specificity("long") < 0.4 < specificity("voicemail") == 1.0
