@@ -32,7 +32,7 @@ from policy.decision import Action
 from policy.engine import Engine
 from policy.evidence import GradedHit
 from policy.features import FEATURES
-from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree
+from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree, logit
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -201,7 +201,7 @@ def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
 
     if len({y for _, y in pairs}) < 2:
         return (1.0, 0.0)
-    x = [[math.log(min(max(p, 1e-6), 1 - 1e-6) / (1 - min(max(p, 1e-6), 1 - 1e-6)))] for p, _ in pairs]
+    x = [[logit(p)] for p, _ in pairs]
     model = LogisticRegression(C=10.0).fit(x, [y for _, y in pairs])
     return (float(model.coef_[0][0]), float(model.intercept_[0]))
 

@@ -72,6 +72,12 @@ def _sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
 
 
+def logit(p: float) -> float:
+    """Log-odds of a probability kept off 0 and 1: the scale the turn calibration is fitted and applied on."""
+    p = min(max(p, 1e-6), 1 - 1e-6)
+    return math.log(p / (1 - p))
+
+
 @dataclass
 class Scorer:
     """Gradient-boosted trees over the features (or, with no trees, a logistic model on scaled
@@ -111,9 +117,8 @@ class Scorer:
 
     def answer_probability(self, p: float) -> float:
         """Calibrated: how likely a turn's best section (of probability p) answers the turn."""
-        p = min(max(p, 1e-6), 1 - 1e-6)
         a, b = self.calibration
-        z = a * math.log(p / (1 - p)) + b
+        z = a * logit(p) + b
         return _sigmoid(z)
 
     def explain(self, row: dict[str, float], top: int = 3) -> list[str]:
