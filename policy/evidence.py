@@ -23,6 +23,7 @@ class GradedHit:
     missing: list[str] = field(default_factory=list)  # the caller's words it does not say, heaviest first
     why: list[str] = field(default_factory=list)  # the features that moved p most (filled for the spoken one)
     unit_words: list[float] = field(default_factory=list)  # per unit, the weighted share of the question it says
+    vouched_by: str | None = None  # the superseded section whose probability it took (policy/versions.py)
 
     @property
     def active(self) -> bool:
@@ -125,5 +126,8 @@ def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, flo
         order = best_unit_order(g, kind)
         return unit_fit(g, kind, order[0]) if order and g.hit.unit_scores else g.p
 
+    likeliest = max(sections, key=lambda g: g.p)
+    if likeliest.vouched_by:  # it answers as the old version did: speak it, not a neighbour that reads well
+        return likeliest, document_p(graded, doc)
     best = max(sections, key=lambda g: (round(sentence_fit(g), 3), g.p))
     return best, document_p(graded, doc)

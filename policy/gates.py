@@ -21,6 +21,7 @@ from .evidence import GradedHit, best_answer, grade
 from .language import fact_kind
 from .scorer import Scorer, answer_threshold
 from .signals import approval_action, disallowed_request, human_requested
+from .versions import carry_over
 
 
 @dataclass
@@ -125,7 +126,7 @@ def missing_facets(cands: list[GradedHit], facts: TurnFacts, cfg: PolicyConfig) 
 def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
     q = facts.question
     kind = fact_kind(q)
-    graded = grade(facts.result, scorer, kind) if facts.result else []
+    graded = carry_over(grade(facts.result, scorer, kind), kind, facts.unit_similarity) if facts.result else []
     signals: dict[str, object] = {"fact_kind": kind}
 
     def out(action: Action, reasons: list[Reason], gate: str, **kw: object) -> GateOutcome:

@@ -72,6 +72,7 @@ def _hit_lines(result: RetrievalResult | None, o: GateOutcome | None) -> list[Js
                      "dense": None if h.dense_score is None else round(h.dense_score, 4),
                      "fused_rank": h.fused_rank, "covered": h.covered_terms, "missing": h.missing_terms,
                      "p_answers": round(g.p, 3) if g else None, "why": g.why if g else None,
+                     **({"vouched_by": g.vouched_by} if g and g.vouched_by else {}),
                      "features": {k: round(v, 3) for k, v in g.features.items()} if g else None})
     return hits
 
