@@ -240,6 +240,8 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     others = [g for g in active if g is not best]
     if pairs := find_conflicts(best, others, kind, th.conflict_p, facts.unit_similarity):  # type: ignore[arg-type]
         a, b = pairs[0][0], pairs[0][1]
+        signals["conflicts"] = [{"with": o.hit.locator, "p": round(o.p, 3), "topic": round(o.topic, 3), "says": d}
+                                for _, o, d in pairs]
         high = RISK_ORDER[_risk_of([a, b])] >= RISK_ORDER["high"]
         return out(Action.transfer if high else Action.refuse, [Reason.conflicting_sources], "g_conflict",
                    evidence=[a, b], conflicts=[p[2] for p in pairs], evidence_status="conflicting",

@@ -143,6 +143,9 @@ def test_conflicting_active_sources_refuse_whatever_their_rank():
     seven = _pass("price-list", "The EU roaming day pass costs $7 per day.", rank=6, dense=0.5)
     o = run("how much is the roaming day pass", result(five, seven))
     assert o.action == Action.refuse and o.gate == "g_conflict" and Reason.conflicting_sources in o.reasons
+    # the audit names the other page, its probability and the figures each states
+    (c,) = o.signals["conflicts"]
+    assert c["with"] == "price-list#main" and "says 5" in c["says"] and "says 7" in c["says"]
     msg, _ = compose(o, "how much is the roaming day pass", CFG)
     assert "$5" not in msg and "$7" not in msg
 
