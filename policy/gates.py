@@ -126,7 +126,10 @@ def missing_facets(cands: list[GradedHit], facts: TurnFacts, cfg: PolicyConfig) 
 def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
     q = facts.question
     kind = fact_kind(q)
-    graded = carry_over(grade(facts.result, scorer, kind), kind, facts.unit_similarity) if facts.result else []
+    answer_p = answer_threshold(cfg.costs.answer_instead_of_refuse_or_transfer,
+                                cfg.costs.refuse_or_transfer_instead_of_answer)
+    graded = carry_over(grade(facts.result, scorer, kind), kind, facts.unit_similarity,
+                        lambda p: scorer.answer_probability(p) >= answer_p) if facts.result else []
     signals: dict[str, object] = {"fact_kind": kind}
 
     def out(action: Action, reasons: list[Reason], gate: str, **kw: object) -> GateOutcome:

@@ -8,6 +8,8 @@ is fine: that is what changed), is as likely to answer as the old section was. O
 section is ever spoken; the old one stays background."""
 from __future__ import annotations
 
+from typing import Callable
+
 from kb.models import EffectiveStatus
 
 from .conflicts import Similarity, same_fact_units
@@ -15,11 +17,13 @@ from .evidence import GradedHit
 from .language import FactKind
 
 
-def carry_over(graded: list[GradedHit], kind: FactKind, similarity: Similarity | None) -> list[GradedHit]:
-    """`graded` with, for each answering old version, the likeliest current successor section that
-    restates its answer sentence raised to that version's probability, best first again. One old
-    section vouches for one section: its evidence is not counted twice in a document's probability."""
-    olds = [g for g in graded if g.hit.status == EffectiveStatus.deprecated]
+def carry_over(graded: list[GradedHit], kind: FactKind, similarity: Similarity | None,
+               answers: Callable[[float], bool]) -> list[GradedHit]:
+    """`graded` with, for each old version that would answer were it current (`answers` of its
+    probability), the likeliest current successor section that restates its answer sentence raised
+    to that version's probability, best first again. One old section vouches for one section: its
+    evidence is not counted twice in a document's probability."""
+    olds = [g for g in graded if g.hit.status == EffectiveStatus.deprecated and answers(g.p)]
     for old in olds:
         heirs = [g for g in graded if g.active and old.doc_id in g.hit.supersedes and g.p < old.p
                  and same_fact_units(old, g, kind, similarity)]

@@ -56,3 +56,16 @@ def test_one_old_section_vouches_for_one_successor_section():
     b = hit("tiers-2026", text, supersedes=["tiers-2025"], covered=(), dense=0.35, rank=3, section="b")
     o = run(_old(), a, b)
     assert [g.hit.section for g in o.graded if g.vouched_by] == ["a"]
+
+
+def test_an_old_version_too_weak_to_answer_on_its_own_vouches_for_nothing():
+    # were it current, this old page would not be answered from: its word must not tip the
+    # successor's document over the answer threshold
+    weak_old = hit("tiers-2025", OLD, status="deprecated", covered=("gold", "card", "year"), dense=0.37,
+                   section="fees")
+    restates = hit("tiers-2026", "The Gold card costs £150 a year, taken on the anniversary of joining.",
+                   supersedes=["tiers-2025"], covered=(), dense=0.4, rank=2, section="a")
+    neighbour = hit("tiers-2026", "Gold card holders get six lounge passes.", supersedes=["tiers-2025"],
+                    covered=("gold", "card"), dense=0.556, rank=3, section="b")
+    o = run(weak_old, restates, neighbour)
+    assert o.action == Action.refuse and all(g.vouched_by is None for g in o.graded)
