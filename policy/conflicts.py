@@ -41,30 +41,23 @@ def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
     return _figures(best_units(g, kind), kind)
 
 
-def likeness_to_answer(best: GradedHit, b: GradedHit, kind: FactKind,
-                       similarity: Similarity | None) -> tuple[list[float], float]:
-    """Per sentence of section b, how closely it says what best would speak, and the likeness at
-    which two sentences state the same fact: the cosine of the two sentences; without the dense
-    model, the share of the shorter one's words the other says too, figures aside."""
+def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> list[str]:
+    """The sentences of section b that say the same thing as the one best would speak: close in
+    meaning ("space for six bikes on every train" / "a maximum of 4 bikes on each train"); without
+    the dense model, sharing most of the shorter one's words, figures aside."""
     spoken = best_unit_order(best, kind)[:1]
     if not spoken or not b.hit.units:
-        return [], 1.0
+        return []
     if similarity is not None and similarity(best.hit.locator, spoken[0], b.hit.locator, 0) is not None:
-        return [similarity(best.hit.locator, spoken[0], b.hit.locator, j) or 0.0
-                for j in range(len(b.hit.units))], SAME_FACT_SIMILARITY
+        return [u for j, u in enumerate(b.hit.units)
+                if (similarity(best.hit.locator, spoken[0], b.hit.locator, j) or 0.0) >= SAME_FACT_SIMILARITY]
     ta = {t for t in content_terms(best.hit.units[spoken[0]]) if not t[:1].isdigit()}
     out = []
     for u in b.hit.units:
         tb = {t for t in content_terms(u) if not t[:1].isdigit()}
-        out.append(len(ta & tb) / min(len(ta), len(tb)) if ta and tb else 0.0)
-    return out, SAME_FACT_OVERLAP
-
-
-def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None) -> list[str]:
-    """The sentences of section b that say the same thing as the one best would speak: close in
-    meaning ("space for six bikes on every train" / "a maximum of 4 bikes on each train")."""
-    likeness, bar = likeness_to_answer(best, b, kind, similarity)
-    return [u for u, s in zip(b.hit.units, likeness) if s >= bar]
+        if ta and tb and len(ta & tb) / min(len(ta), len(tb)) >= SAME_FACT_OVERLAP:
+            out.append(u)
+    return out
 
 
 def find_conflicts(best: GradedHit, others: list[GradedHit], kind: FactKind, likely_p: float,

@@ -151,7 +151,7 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
         return out(Action.refuse, [Reason.retrieval_unavailable], "d_retrieval_down")
     if facts.result.lexical_only:
         signals["lexical_only"] = facts.result.degraded_reason
-    return _evidence_gates(facts, graded, cfg, scorer, signals, out)
+    return _evidence_gates(facts, graded, cfg, scorer, answer_p, signals, out)
 
 
 def _conversation_gates(facts: TurnFacts, cfg: PolicyConfig, signals: dict[str, object],
@@ -210,10 +210,10 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
 
 
 def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, scorer: Scorer,
-                    signals: dict[str, object], out) -> GateOutcome:  # noqa: ANN001
+                    answer_p: float, signals: dict[str, object], out) -> GateOutcome:  # noqa: ANN001
+    """`answer_p`: the answer threshold the costs give (answer when a section's calibrated
+    probability is above it)."""
     th = cfg.thresholds
-    answer_p = answer_threshold(cfg.costs.answer_instead_of_refuse_or_transfer,
-                                cfg.costs.refuse_or_transfer_instead_of_answer)
     signals["answer_p"] = round(answer_p, 3)
     active = [g for g in graded if g.active]
     kind = signals["fact_kind"]
