@@ -51,6 +51,9 @@ class Intent(BaseModel):
     model_config = ConfigDict(extra="forbid")  # a mistyped setting must not fall back silently
     threshold: float = 0.72
     examples: list[str] = Field(default_factory=list)
+    # Short forms as said down a phone line: examples for meaning too, and the phrases a short turn's
+    # audio is weighed against (voice_agent/stages/asr_fit.py)
+    spoken: list[str] = Field(default_factory=list)
 
 
 class PolicyConfig(BaseModel):

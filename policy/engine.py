@@ -123,6 +123,11 @@ class Engine:
         intent = self.config.intents.get("human_request")
         return list(intent.examples) if intent else []
 
+    def spoken_requests(self) -> list[str]:
+        """Short requests for a person as said on a phone line: weighed against a short turn's audio."""
+        intent = self.config.intents.get("human_request")
+        return list(intent.spoken) if intent else []
+
     def kb_facets(self, role: str) -> dict[str, set[str]]:
         """Facet values in the documents this role may see (restricted docs reveal nothing)."""
         if role not in self._facets_by_role:

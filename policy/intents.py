@@ -17,7 +17,8 @@ _CLAUSE = re.compile(r"[,.;!?]+|\s(?:but|so)\s")
 class IntentReader:
     def __init__(self, intents: dict[str, Intent], embed: Callable[[list[str]], np.ndarray]):
         self._embed = embed
-        self._intents = {name: (i.threshold, embed(i.examples)) for name, i in intents.items() if i.examples}
+        self._intents = {name: (i.threshold, embed(i.examples + i.spoken)) for name, i in intents.items()
+                         if i.examples or i.spoken}
 
     def clauses(self, text: str) -> list[str]:
         t = normalize_text(text)

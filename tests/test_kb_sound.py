@@ -3,7 +3,7 @@ import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
 from kb.sound import SoundIndex, sound_alikes, sound_key, sound_repairs
-from voice_agent.call.rehear import Hypothesis, accept, needs_rehearing
+from voice_agent.call.rehear import Hypothesis, accept, as_said, fitted_ask, needs_rehearing
 
 pytestmark = pytest.mark.unit
 
@@ -92,3 +92,27 @@ def test_sound_alikes_repair_one_word_each_and_keep_its_capital():
         ("Ruger says the plan will cast more", "plan"),
         ("Ruger says the plant will cost more", "cost"),
     ]
+
+
+ASKS = ["Operator.", "Representative, please."]
+
+
+def test_a_request_for_a_person_that_fits_the_audio_better_than_the_hearing_is_proposed():
+    # the hearing fits at -1.83, "Representative, please." at -1.47: a gain of 0.36 on the first decode's scale
+    h = fitted_ask(ASKS, [-1.83, -5.9, -1.47], first_logprob=-1.5)
+    assert h is not None and h.text == "Representative, please." and h.decoded
+    assert h.avg_logprob == pytest.approx(-1.5 + 0.36)
+    transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
+    assert accept(h, transfer, "Repreneurative, clean.", -1.5, "") is not None
+    assert "fits the audio" in h.how and "Representative, please." in h.how
+
+
+def test_a_request_that_fits_worse_than_the_hearing_is_not_proposed():
+    assert fitted_ask(ASKS, [-1.58, -4.1, -4.95], first_logprob=-0.9) is None
+    assert fitted_ask(ASKS, [-1.58], first_logprob=-0.9) is None  # no fit for the asks: nothing to weigh
+    assert fitted_ask([], [-1.0], first_logprob=-0.9) is None
+
+
+def test_phrases_are_written_as_whisper_writes_speech():
+    assert as_said("operator") == "Operator."
+    assert as_said("can I speak to someone?") == "Can I speak to someone?"

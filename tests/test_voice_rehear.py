@@ -79,3 +79,26 @@ def test_a_request_for_a_person_over_the_telephone_line_is_transferred(voice, tm
     transcripts, decisions, problems, _ = run(case, phone)
     assert problems == [] and len(decisions) == 1, (transcripts, problems)
     assert decisions[0].action == Action.transfer and Reason.human_requested in decisions[0].reasons, transcripts
+
+
+def test_a_short_request_heard_as_nonsense_on_the_phone_line_still_reaches_a_person(voice):
+    # "Representative, please." over the telephone channel: tiny.en hears no request at all, and
+    # neither does the prompted second decode; forced through the decoder, the policy's spoken form
+    # fits the audio better than the hearing does
+    _, run, state = voice
+    case = Case.model_validate({"id": "pr02", "question": "Representative, please.", "expect": {"action": "transfer"}})
+    transcripts, decisions, problems, _ = run(case, AUDIO / "phone" / "representative_please.wav")
+    assert problems == [] and [d.action for d in decisions] == [Action.transfer], transcripts
+    asr = _asr_of_last_turn(state)
+    assert "representative" not in asr["raw_text"].lower()
+    assert asr["repair"].startswith("fits the audio as a request for a person"), asr
+
+
+def test_forced_fit_ranks_the_words_said_above_other_texts():
+    from voice_agent.audio import load_audio
+    from voice_agent.stages.asr import Transcriber
+
+    pcm = load_audio(AUDIO / "phone" / "representative_please.wav")
+    said, other, unrelated = Transcriber("tiny.en").fit(pcm, ["Representative, please.", "Operator.",
+                                                              "How do I reset my router?"])
+    assert said > other and said > unrelated

@@ -26,6 +26,9 @@ INTENT_REASONS = {Reason.human_requested, Reason.high_risk_topic, Reason.action_
 # is the prompt talking, not the caller.
 MAX_LOGPROB_DROP = 0.3
 MIN_WORDS_KEPT = 0.6  # a repair changes a word or two; a different sentence is a different hearing
+# Turns this short are weighed against the ways of asking for a person; a longer request says so in
+# words the text path reads.
+MAX_ASK_WORDS = 6
 
 
 @dataclass(frozen=True)
@@ -73,3 +76,23 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
         return None  # the evidence found does not use the repaired word: the repair did not find it
     return f"{h.how}: {d.action.value} instead of refuse"
+
+
+def as_said(phrase: str) -> str:
+    """A phrase as whisper writes speech: a capital first letter and a closing stop."""
+    p = phrase.strip()
+    return f"{p[:1].upper()}{p[1:]}" + ("" if p[-1:] in ".?!" else ".")
+
+
+def fitted_ask(asks: list[str], fits: list[float], first_logprob: float | None) -> Hypothesis | None:
+    """The request for a person that fits the audio at least as well as the hearing did (`fits[0]` is
+    the hearing's own fit, `fits[1:]` the asks'), as a hypothesis on the first decode's scale."""
+    if len(fits) != len(asks) + 1 or not asks:
+        return None
+    best = max(range(len(asks)), key=lambda i: fits[i + 1])
+    gain = fits[best + 1] - fits[0]
+    if gain < 0:
+        return None
+    base = fits[0] if first_logprob is None else first_logprob
+    return Hypothesis(asks[best], base + gain, f"fits the audio as a request for a person ({asks[best]!r} "
+                      f"{fits[best + 1]:.2f} against the hearing's {fits[0]:.2f})", decoded=True)

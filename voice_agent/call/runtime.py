@@ -15,6 +15,7 @@ from ..stages.asr import Transcriber as WhisperTranscriber
 from ..stages.asr import AsrError, build_prompt
 from ..stages.tts import TtsClient
 from .config import CallConfig
+from .rehear import as_said
 from .session import CallSession
 
 
@@ -80,7 +81,7 @@ class VoiceRuntime:
         then how callers ask for a person (last, so a long glossary never pushes them out)."""
         key = f"repair:{role}"
         if key not in self._prompts:
-            asks = " ".join(f"{p[:1].upper()}{p[1:]}." for p in self.engine.request_phrases())
+            asks = " ".join(as_said(p) for p in self.engine.request_phrases())
             self._prompts[key] = " ".join(x for x in (build_prompt(self.vocabulary(role)), asks) if x) or None
         return self._prompts[key]
 

@@ -13,7 +13,7 @@ from kb.sound import sound_alikes
 
 from ..stages.turn_end import reads_complete
 from .core import CallCore
-from .rehear import Hypothesis, accept, needs_rehearing
+from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
@@ -123,19 +123,38 @@ class Speculation(CallCore):
         for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
             if (found := await self._try_hypothesis(h, text, signal)) is not None:
                 return found
+        for h in await self._second_decode(audio, text, timings):
+            if (found := await self._try_hypothesis(h, text, signal)) is not None:
+                return found
+        if (ask := await self._fitted_ask(audio, text, signal, timings)) is not None:
+            return await self._try_hypothesis(ask, text, signal)
+        return None
+
+    async def _second_decode(self, audio: np.ndarray, text: str, timings: dict[str, float]) -> list[Hypothesis]:
+        """A decode prompted with the KB's terms and how callers ask for a person, and its sound-alikes."""
         prompt = self.runtime.repair_prompt(self.role)
         if not prompt:
-            return None
+            return []
         res = await asyncio.to_thread(self.runtime.rehear_transcriber.transcribe, audio, prompt=prompt, fallback=False)
         timings["rehear_decode"] = res.elapsed_ms
         new = res.text.strip()
         if res.low_confidence or not new or new.lower() == text.strip().lower():
-            return None
+            return []
         decoded = Hypothesis(new, res.avg_logprob, "second decode", decoded=True)
-        for h in [decoded, *self._sound_alikes(new, res.avg_logprob, decoded=True)]:
-            if (found := await self._try_hypothesis(h, text, signal)) is not None:
-                return found
-        return None
+        return [decoded, *self._sound_alikes(new, res.avg_logprob, decoded=True)]
+
+    async def _fitted_ask(self, audio: np.ndarray, text: str, signal: AsrSignal,
+                          timings: dict[str, float]) -> Hypothesis | None:
+        """On a short turn: the policy's ways of asking for a person, forced through the decoder,
+        against the hearing (`asr_fit`)."""
+        fit = getattr(self.runtime.transcriber, "fit", None)  # a transcriber that cannot force texts
+        asks = [as_said(p) for p in self.runtime.engine.spoken_requests()]
+        if fit is None or not asks or len(text.split()) > MAX_ASK_WORDS:
+            return None
+        t0 = self.clock.now()
+        fits = await asyncio.to_thread(fit, audio, [text, *asks])
+        timings["rehear_fit"] = (self.clock.now() - t0) * 1000
+        return fitted_ask(asks, fits, signal.avg_logprob)
 
     def _sound_alikes(self, text: str, logprob: float | None, decoded: bool = False) -> list[Hypothesis]:
         """`text` with one word the KB does not use replaced by its KB sound-alike, per such word."""

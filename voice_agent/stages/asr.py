@@ -25,6 +25,8 @@ from pydantic import BaseModel, Field
 
 from kb.measure import usable_cores
 
+from .asr_fit import encode_window, fit_texts
+
 if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
     from faster_whisper import WhisperModel
 
@@ -301,6 +303,13 @@ class Transcriber:
         res.duration_s = duration
         return res
 
+    def fit(self, pcm: np.ndarray, texts: list[str]) -> list[float]:
+        """How well each text fits the audio (`asr_fit.fit_texts`): weighing hearings no decode made."""
+        x = np.asarray(pcm, dtype=np.float32).reshape(-1)
+        m = self.loaded
+        with m.slots:
+            return fit_texts(m.model, x, texts, min_ctx_s=self.min_ctx_s, margin_s=self.ctx_margin_s)
+
     # -- decoding ------------------------------------------------------------------------
 
     def _finish(self, text: str, avg_logprob: float, no_speech: float, language: str, duration: float,
@@ -345,16 +354,11 @@ class Transcriber:
 
     def _decode_short(self, model: WhisperModel, x: np.ndarray, prompt: str | None) -> AsrResult:
         # heavy: CTranslate2 and faster-whisper, only once a model is decoding
-        import ctranslate2
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_suppressed_tokens
 
-        fe = model.feature_extractor
         duration = len(x) / SAMPLE_RATE
-        ctx_s = min(30.0, max(self.min_ctx_s, duration + self.ctx_margin_s))
-        frames = int(round(ctx_s * SAMPLE_RATE / fe.hop_length)) // 2 * 2  # the encoder halves it
-        feats = fe(x, padding=int(ctx_s * SAMPLE_RATE) - len(x) + fe.hop_length * 2)[:, :frames]
-        enc = model.model.encode(ctranslate2.StorageView.from_array(np.ascontiguousarray(feats[None], dtype=np.float32)))
+        enc, _, ctx_s = encode_window(model, x, self.min_ctx_s, self.ctx_margin_s)
         language = self._language(model)
         if language is None:
             language = model.model.detect_language(enc)[0][0][0][2:-2]  # "<|en|>" → "en"
