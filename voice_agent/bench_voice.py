@@ -163,7 +163,8 @@ async def _one(runtime: VoiceRuntime, pcm: np.ndarray, ends: list[float], config
         total = (first_audio[k] - spoken_end_wall) * 1000
         row = {"total": total, "endpoint": total - t.get("turn_end_to_first_audio", float("nan"))}
         for s in ("asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "asr_rtf", "asr_speculative",
-                  "speculative_reply", "speculative_reply_lead", "early_end", "rehear", "rehear_decode"):
+                  "speculative_reply", "speculative_reply_lead", "early_end", "rehear", "rehear_decode",
+                  "rehear_fit"):
             if s in t:
                 row[s] = t[s]
         rows.append(row)
@@ -251,7 +252,8 @@ def _print_text(result: BenchResult, raw: dict[str, float]) -> None:
     for name, goal in (("answer", "600 / 900"), ("refusal", "p95 1300")):
         p = result["paths"][name]
         extra = (f"; hearing it again p50 {p['rehear_p50']:.0f} ms, p95 {p['rehear_p95']:.0f} ms, of which a second "
-                 f"decode on {p['decoded']:.0f} turns, p50 {p['decode_p50']:.0f} ms") if name == "refusal" else ""
+                 f"decode on {p['decoded']:.0f} turns, p50 {p['decode_p50']:.0f} ms, and a fit of the spoken requests "
+                 f"for a person on {p['fitted']:.0f}, p50 {p['fit_p50']:.0f} ms") if name == "refusal" else ""
         print(f"  {name} path, {p['n']:.0f} turns: p50 {p['p50']:.0f} ms, p95 {p['p95']:.0f} ms (goal {goal}){extra}")
 
 
@@ -281,8 +283,10 @@ def _paths(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
         out[name] = {"n": len(group), "p50": round(_pct(totals, 50), 1), "p95": round(_pct(totals, 95), 1)}
         if name == "refusal":
             extra, decode = [r["rehear"] for r in group], [r["rehear_decode"] for r in group if "rehear_decode" in r]
+            fits = [r["rehear_fit"] for r in group if "rehear_fit" in r]
             out[name] |= {"rehear_p50": round(_pct(extra, 50), 1), "rehear_p95": round(_pct(extra, 95), 1),
-                          "decoded": len(decode), "decode_p50": round(_pct(decode, 50), 1)}
+                          "decoded": len(decode), "decode_p50": round(_pct(decode, 50), 1),
+                          "fitted": len(fits), "fit_p50": round(_pct(fits, 50), 1) if fits else 0.0}
     return out
 
 
