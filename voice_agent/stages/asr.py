@@ -308,7 +308,8 @@ class Transcriber:
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         m = self.loaded
         with m.slots:
-            return fit_texts(m.model, x, texts, min_ctx_s=self.min_ctx_s, margin_s=self.ctx_margin_s)
+            return fit_texts(m.model, x, texts, language=self._language(m.model) or "en", min_ctx_s=self.min_ctx_s,
+                             margin_s=self.ctx_margin_s)
 
     # -- decoding ------------------------------------------------------------------------
 

@@ -33,8 +33,8 @@ def encode_window(model: WhisperModel, x: np.ndarray, min_ctx_s: float, margin_s
     return enc, frames, ctx_s
 
 
-def fit_texts(model: WhisperModel, x: np.ndarray, texts: list[str], *, min_ctx_s: float = 10.0,
-              margin_s: float = 5.0) -> list[float]:
+def fit_texts(model: WhisperModel, x: np.ndarray, texts: list[str], *, language: str = "en",
+              min_ctx_s: float = 10.0, margin_s: float = 5.0) -> list[float]:
     """Per text, the mean log-probability of its tokens given the audio (higher fits better)."""
     import ctranslate2
     from faster_whisper.tokenizer import Tokenizer
@@ -43,7 +43,7 @@ def fit_texts(model: WhisperModel, x: np.ndarray, texts: list[str], *, min_ctx_s
     if not texts:
         return []
     enc, frames, _ = encode_window(model, np.asarray(x, dtype=np.float32).reshape(-1), min_ctx_s, margin_s)
-    tok = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language="en")
+    tok = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
     tokens = [tok.encode(" " + t) or [tok.eot] for t in texts]
     batch = ctranslate2.StorageView.from_array(np.ascontiguousarray(np.repeat(np.array(enc), len(texts), axis=0)))
     results = model.model.align(batch, list(tok.sot_sequence) + [tok.no_timestamps], tokens,
