@@ -25,12 +25,11 @@ from pydantic import BaseModel, Field
 
 from kb.measure import usable_cores
 
-from .asr_fit import encode_window, fit_texts
+from .asr_fit import SAMPLE_RATE, encode_window, fit_texts
 
 if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
     from faster_whisper import WhisperModel
 
-SAMPLE_RATE = 16000
 MAX_PROMPT_TERMS = 40  # whisper's prompt may hold up to 223 tokens; keep it short and relevant
 
 
@@ -305,10 +304,9 @@ class Transcriber:
 
     def fit(self, pcm: np.ndarray, texts: list[str]) -> list[float]:
         """How well each text fits the audio (`asr_fit.fit_texts`): weighing hearings no decode made."""
-        x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         m = self.loaded
         with m.slots:
-            return fit_texts(m.model, x, texts, language=self._language(m.model) or "en", min_ctx_s=self.min_ctx_s,
+            return fit_texts(m.model, pcm, texts, language=self._language(m.model) or "en", min_ctx_s=self.min_ctx_s,
                              margin_s=self.ctx_margin_s)
 
     # -- decoding ------------------------------------------------------------------------

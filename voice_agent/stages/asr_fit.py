@@ -15,7 +15,7 @@ import numpy as np
 if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
     from faster_whisper import WhisperModel
 
-SAMPLE_RATE = 16000
+SAMPLE_RATE = 16000  # whisper's input rate
 MIN_PROB = 1e-9  # a token the model gives no chance at all counts as very unlikely, not as -inf
 
 
