@@ -21,7 +21,7 @@ from kb.models import RetrievalResult
 from policy.cli import iso_date, positive_seconds
 from policy.config import Costs
 from policy.decision import Action, Decision
-from policy.engine import Engine, Session
+from policy.engine import POLICIES, Engine, Session
 from policy.numbers import number_values
 
 from .audio_gap import channel_reader, format_gap, gap_rows, hearing_lines, reheard_line, text_twins
@@ -29,7 +29,6 @@ from .cases import Case, CasesError, load_cases
 from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
 
-POLICIES = ("gated", "threshold", "minimal")
 # (case, wav path) -> (transcripts, decisions[, problems[, hearing]]): one transcript and one decision
 # per detected caller turn; the optional problems (no reply audio, call errors) fail the case; the
 # optional hearing gives per turn ASR's first hearing and the policy's reading.

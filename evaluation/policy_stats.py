@@ -4,7 +4,7 @@ Counted, in `policy/*.py` (but the modules in NOT_POLICY, which do not decide a 
 - a regular expression: a string literal given to a `re` function, or a string literal in a
   module-level list, tuple, dict or set that holds regular-expression syntax;
 - a word list: a module-level collection of three or more literal words (a set, a list, a
-  `"a b c".split()`, or a word string handed to a function);
+  `"a b c".split()`, or a word string handed to a function), but a module's `__all__`;
 and in the policy YAML files: each lexicon pattern counts as a regular expression, each list of
 spoken phrases (facet synonyms, intent examples) as one word list. The aim is for the total to fall."""
 from __future__ import annotations
@@ -49,6 +49,12 @@ def _regexes_in(node: ast.AST) -> int:
                and _looks_regex(n.value))
 
 
+def _is_export_list(stmt: ast.Assign | ast.AnnAssign) -> bool:
+    """`__all__`: the module's exported names, not words the policy reads."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+    return any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+
+
 def count_python(source: str) -> dict[str, int]:
     tree = ast.parse(source)
     regex_nodes: set[int] = set()
@@ -61,7 +67,7 @@ def count_python(source: str) -> dict[str, int]:
     words = 0
     for stmt in tree.body:  # module-level tables
         value = getattr(stmt, "value", None)
-        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None:
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None or _is_export_list(stmt):
             continue
         if isinstance(value, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not _word_list(value):
             regexes += _regexes_in(value)

@@ -26,7 +26,7 @@ def _speakable_source(g: GradedHit) -> str:
 def topic_phrase(question: str) -> str:
     """The caller's own question, trimmed, to name what could not be confirmed (never a KB title)."""
     q = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in question[:2000])  # control, format
-    q = re.sub(r"\s+", " ", q).strip().rstrip("?.! ")
+    q = " ".join(q.split()).rstrip("?.! ")
     q = re.sub(r"^((hi|hello|hey|ok|okay|so|um|uh|well)[,!. ]+)+", "", q, flags=re.I)
     words = [w if len(w) <= 30 else w[:30] + "..." for w in q.split()]  # a "word" may be a pasted blob
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""

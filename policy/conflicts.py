@@ -11,14 +11,12 @@ from kb.tokenize import content_terms
 
 from .evidence import GradedHit, best_unit_order, best_units
 from .features import versions_of_one
-from .language import FactKind
+from .language import FactKind, quantity_kinds
 from .numbers import quantities
 
 SAME_FACT_SIMILARITY = 0.6  # cosine of two answer sentences about the same fact
 SAME_FACT_OVERLAP = 0.4  # without the dense model: share of the shorter sentence's words the other says too
 Similarity = Callable[[str, int, str, int], "float | None"]  # (locator, unit, locator, unit) -> cosine
-_KINDS = {"amount": {"money", "percent"}, "duration": {"time"}, "when": {"time", "date", "clock"},
-          "count": {"number", "data"}}
 
 
 def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
@@ -27,7 +25,7 @@ def _facet_disjoint(a: GradedHit, b: GradedHit) -> bool:
 
 
 def _figures(units: list[str], kind: FactKind) -> dict[str, set[str]]:
-    wanted = _KINDS.get(kind)
+    wanted = quantity_kinds(kind)
     out: dict[str, set[str]] = {}
     for unit in units:
         for q in quantities(unit):

@@ -9,16 +9,12 @@ caller answers our own clarifying question about that key than when they volunte
 mention ("I don't have the Plus thing") of a key with two values means the other one."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from .language import asks_question, normalize_text
-
-_NEGATION = re.compile(r"\b(not|never)\b|n't\b|\bdon'?t\b|\bno longer\b")
-_CLAUSE = re.compile(r"[,.;!?]+|\s(?:and|but|so)\s")
+from .language import asks_question, clauses, negated
 MAX_CONTEXT = 60  # scoped section headings embedded per value
 
 
@@ -61,18 +57,18 @@ class FacetReader:
     def read(self, text: str, keys: list[str] | None = None, prompted: bool = False) -> dict[str, str]:
         """The facet values this turn states, for `keys` (default: every key of the KB)."""
         keys = [k for k in (keys or list(self._names)) if k in self._names]
-        clauses = [c.strip() for c in _CLAUSE.split(normalize_text(text)) if len(c.strip()) > 2]
+        parts = [c for c in clauses(text) if len(c) > 2]
         if not prompted:  # who the caller is, they state; a question clause asks, it does not tell
-            clauses = [c for c in clauses if not asks_question(c)]
-        if not keys or not clauses:
+            parts = [c for c in parts if not asks_question(c)]
+        if not keys or not parts:
             return {}
-        vecs = self._embed(clauses)
+        vecs = self._embed(parts)
         floor = self.th.prompted if prompted else self.th.volunteered
         margin = self.th.prompted_margin if prompted else self.th.volunteered_margin
         found: dict[str, str] = {}
         for key in keys:
             votes: dict[str, tuple[float, str]] = {}  # value -> (its best margin, the clause)
-            for clause, vec in zip(clauses, vecs):
+            for clause, vec in zip(parts, vecs):
                 ranked = sorted(self._scores(key, vec, prompted).items(), key=lambda kv: -kv[1])
                 gap = ranked[0][1] - (ranked[1][1] if len(ranked) > 1 else 0.0)
                 if ranked[0][1] >= floor and gap >= margin:
@@ -85,7 +81,7 @@ class FacetReader:
 
     def _negated(self, key: str, value: str, clause: str) -> str:
         others = [v for v in self._names[key] if v != value]
-        return others[0] if _NEGATION.search(clause) and len(others) == 1 else value
+        return others[0] if negated(clause) and len(others) == 1 else value
 
 
 def scoped_context(docs: list[tuple[dict[str, str], str]]) -> dict[str, dict[str, list[str]]]:

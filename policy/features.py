@@ -8,14 +8,36 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 from kb.models import Hit, RetrievalResult
 from kb.tokenize import STOPWORDS, content_terms
 
 from .language import FactKind, holds_kind, specificity
 
-FEATURES = ("dense", "unit_max", "heading", "cov", "cov_exact", "miss_max", "dense_margin", "unit_margin",
-            "kind_missing", "kind_top", "lex", "rank", "align", "focus", "unit_cov")
+
+
+class FeatureRow(TypedDict):
+    """One section's evidence features, in the scorer's column order."""
+
+    dense: float
+    unit_max: float
+    heading: float
+    cov: float
+    cov_exact: float
+    miss_max: float
+    dense_margin: float
+    unit_margin: float
+    kind_missing: float
+    kind_top: float
+    lex: float
+    rank: float
+    align: float
+    focus: float
+    unit_cov: float
+
+
+FEATURES: tuple[str, ...] = tuple(FeatureRow.__annotations__)
 SOFT_CREDIT = 0.8  # a word the section says in other words counts for this much of the word itself
 _WORD = re.compile(r"[a-z][a-z'-]+|\d[\d.,]*")
 

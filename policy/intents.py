@@ -3,15 +3,12 @@ policy file) has that intent. "Get me someone who can sort this out" is a reques
 although no pattern names it. Works beside the lexicon patterns, which stay exact."""
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
 
 from .config import Intent
-from .language import normalize_text
-
-_CLAUSE = re.compile(r"[,.;!?]+|\s(?:but|so)\s")
+from .language import clauses, normalize_text
 
 
 class IntentReader:
@@ -21,9 +18,8 @@ class IntentReader:
                          if i.examples or i.spoken}
 
     def clauses(self, text: str) -> list[str]:
-        t = normalize_text(text)
-        parts = [c.strip() for c in _CLAUSE.split(t) if len(c.strip()) > 2]
-        return parts + ([t] if len(parts) > 1 else [])
+        parts = [c for c in clauses(text) if len(c) > 2]
+        return parts + ([normalize_text(text)] if len(parts) > 1 else [])
 
     def scores(self, text: str) -> dict[str, float]:
         """Per intent, the closest any clause (or the whole turn) comes to one of its examples."""

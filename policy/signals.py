@@ -9,7 +9,7 @@ from typing import Iterable
 from kb.tokenize import STOPWORDS, content_terms
 
 from .config import PolicyConfig
-from .language import normalize_text
+from .language import clauses, negated, normalize_text
 
 
 @lru_cache(maxsize=256)
@@ -114,14 +114,21 @@ def _facet_mentions(t: str, vocab: dict[str, dict[str, list[str]]], idioms: dict
         for value, phrases in values.items():
             for phrase in phrases:
                 for m in _phrase(phrase).finditer(t):
-                    before = t[max(0, m.start() - 12):m.start()]
                     if idioms and _next_term(t, m.end()) in idioms.get(phrase, ()):
                         continue
-                    if not re.search(r"\b(not|isn't|aren't|no)\s+(an?\s+)?$", before):
+                    if not _negated_mention(t[:m.start()]):
                         mentions.setdefault(key, set()).add(value)
                         if spans is not None:
                             spans.append(m.span())
     return mentions
+
+
+def _negated_mention(before: str) -> bool:
+    """Whether the words right before a mention negate it ("not business", "isn't a business")."""
+    words = before.split()[-2:]
+    if words and words[-1] in ("a", "an"):
+        words = words[:-1]
+    return bool(words) and negated(words[-1])
 
 
 def without_facet_phrases(text: str, vocab: dict[str, dict[str, list[str]]],
@@ -154,7 +161,7 @@ _SOCIAL_PART = re.compile(r"^(?:" + "|".join(f"(?P<{k}>{rx})" for k, rx in _SOCI
 def small_talk(text: str) -> str | None:
     """'closing', 'thanks', 'ack' or 'greeting' when every part of the turn is one; of several
     ("OK, thanks, bye") the earliest in that list wins; None when anything else is said."""
-    raw = [p.strip() for p in re.split(r"[,.!?;]+|\band\b|\bthen\b", normalize_text(text))]
+    raw = clauses(text)
     declined = any(re.match(r"no\b", p) for p in raw)
     parts = [re.sub(r"^((um+|uh+|oh|ah|well|so|yeah|yes|no|okay|ok)\s+)+(?=\S)", "", p) for p in raw if p]
     # "um", "yes", "no" beside a social phrase say nothing more; on their own they answer something
