@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from policy.language import asks_question, fact_kind, holds_kind, normalize_text, question_focus, specificity
+from policy.language import (asks_question, clauses, fact_kind, holds_kind, negated, normalize_text, question_focus,
+                             specificity)
+from policy.signals import small_talk
 from policy.numbers import Quantity, number_values, quantities, unsupported_numbers, words_to_digits
 
 pytestmark = pytest.mark.unit
@@ -76,3 +78,34 @@ def test_question_focus_needs_no_comma():
 
 def test_frame_words_weigh_less_than_subjects():
     assert specificity("long") < 0.4 < specificity("voicemail") == 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("I'm a business customer, how many lines can I have?", ["i'm a business customer", "how many lines can i have"]),
+    ("the fee is £7.50, when is it due", ["the fee is £7.50", "when is it due"]),  # no break inside a figure
+    ("my bill is wrong and I want a person", ["my bill is wrong", "i want a person"]),
+    ("so can I talk to someone", ["can i talk to someone"]),
+    ("ok then", ["ok"]),
+])
+def test_one_clause_splitter(text, expected):
+    assert clauses(text) == expected
+
+
+def test_question_focus_keeps_a_questions_own_and():
+    assert question_focus("How long before take-off do they shut the door and stop boarding?") is None
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("not", True), ("isn't", True), ("no longer", True), ("never", True), ("I don't", True),
+    ("want", False), ("know", False), ("business", False),
+])
+def test_negation(text, expected):
+    assert negated(text) is expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("OK, thanks, bye", "closing"), ("No, thank you.", "closing"), ("thanks and bye", "closing"),
+    ("ok then", "ack"), ("hi there", "greeting"), ("thanks, and how do I pay?", None),
+])
+def test_small_talk_reads_each_clause(text, expected):
+    assert small_talk(text) == expected
