@@ -3,13 +3,13 @@ section, never generated. Nothing here names a document the caller may not see: 
 quote comes from this turn's hits, which are already filtered by the caller's role."""
 from __future__ import annotations
 
-import re
 import unicodedata
 
 from .config import PolicyConfig
 from .decision import Action, Citation, Reason
 from .evidence import GradedHit, best_units
 from .gates import GateOutcome
+from .language import without_openers
 from .normalize import common_words
 
 def _speakable_source(g: GradedHit) -> str:
@@ -27,7 +27,7 @@ def topic_phrase(question: str) -> str:
     """The caller's own question, trimmed, to name what could not be confirmed (never a KB title)."""
     q = "".join(" " if unicodedata.category(c)[0] in "CZ" else c for c in question[:2000])  # control, format
     q = " ".join(q.split()).rstrip("?.! ")
-    q = re.sub(r"^((hi|hello|hey|ok|okay|so|um|uh|well)[,!. ]+)+", "", q, flags=re.I)
+    q = without_openers(q)
     words = [w if len(w) <= 30 else w[:30] + "..." for w in q.split()]  # a "word" may be a pasted blob
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
 

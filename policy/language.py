@@ -78,9 +78,27 @@ def specificity(word: str) -> float:
     return min(1.0, max(0.15, (7.0 - z) / 3.5))
 
 
-_ASKING = re.compile(r"^(?:(?:so|and|but|ok|okay|right|well|oh|um|uh|also|then|actually|sorry)\W+)*"
-                     r"(how|what|what's|whats|when|where|why|which|who|whose|can|could|do|does|did|is|are|"
-                     r"will|would|should|am|may|have|has)\b")
+# Sounds that hold the floor without being words; transcripts drop them (normalize), WER ignores them.
+FILLERS = frozenset({"um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "eh", "hmm", "hm", "mm", "mhm"})
+# Words that open a turn or a clause before it says anything: "so", "okay", "well, um, how do I ...".
+OPENERS = FILLERS | frozenset("so and but ok okay right well oh also then actually sorry yeah yes no hi hello hey".split())
+# The first word of a clause that asks: a question word or an inverted verb ("can I", "is there").
+_ASKING = frozenset("how what what's whats when where why which who whose can could do does did is are will would "
+                    "should am may have has".split())
+
+
+def without_openers(text: str) -> str:
+    """`text` from its first word that says something; the last word always stays."""
+    words = text.split()
+    i = 0
+    while i < len(words) - 1 and words[i].strip(",.!?;:").lower() in OPENERS:
+        i += 1
+    return " ".join(words[i:])
+
+
+def _asks(clause: str) -> bool:
+    first = without_openers(clause).split()[:1]
+    return bool(first) and first[0].strip(",.!?;:") in _ASKING
 
 
 # Where one clause ends and the next begins: punctuation before a space (not the "." in "7.50"), or a
@@ -106,14 +124,14 @@ def negated(text: str) -> bool:
 def asks_question(text: str) -> bool:
     """Whether some clause of the turn asks something by its words (never by a "?", which ASR may
     or may not write): a question word or an inverted verb opens it."""
-    return any(_ASKING.search(c) for c in clauses(text))
+    return any(_asks(c) for c in clauses(text))
 
 
 def question_focus(text: str) -> str | None:
     """The clause that asks, when the turn says more than its question ("my new card came this
     morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
     parts = [p.strip() for c in _SENTENCE_BREAK.split(normalize_text(text)) for p in _WH_INSIDE.split(c) if p.strip()]
-    asking = [c for c in parts if _ASKING.search(c)]
+    asking = [c for c in parts if _asks(c)]
     if len(parts) < 2 or not asking or len(asking[-1].split()) < 3:
         return None
     return asking[-1]

@@ -21,6 +21,7 @@ from typing import Iterable
 from pydantic import BaseModel, Field
 from rapidfuzz import fuzz, process
 
+from .language import FILLERS
 from .transcript_tokens import Tok, join_tokens, spoken_numbers, tokens
 
 
@@ -29,7 +30,6 @@ class Normalized(BaseModel):
     changes: list[str] = Field(default_factory=list)
 
 
-FILLERS = {"um", "umm", "uh", "uhh", "uhm", "er", "erm", "ah", "eh", "hmm", "hm", "mm", "mhm"}
 MAX_RESTART_WORDS = 4  # "I'm on. I'm on the basic ticket", "how much, how much do you hold"
 
 

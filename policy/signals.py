@@ -9,7 +9,7 @@ from typing import Iterable
 from kb.tokenize import STOPWORDS, content_terms
 
 from .config import PolicyConfig
-from .language import clauses, negated, normalize_text
+from .language import OPENERS, clauses, negated, normalize_text, without_openers
 
 
 @lru_cache(maxsize=256)
@@ -158,22 +158,29 @@ _SOCIAL: list[tuple[str, str]] = [
 _SOCIAL_PART = re.compile(r"^(?:" + "|".join(f"(?P<{k}>{rx})" for k, rx in _SOCIAL) + r")$")
 
 
+def _social(part: str) -> str | None:
+    """The kind of social phrase a clause is, as said or after its openers ("yes, hello")."""
+    for said in (part, without_openers(part)):
+        if m := _SOCIAL_PART.match(said):
+            return m.lastgroup
+    return None
+
+
 def small_talk(text: str) -> str | None:
     """'closing', 'thanks', 'ack' or 'greeting' when every part of the turn is one; of several
     ("OK, thanks, bye") the earliest in that list wins; None when anything else is said."""
     raw = clauses(text)
-    declined = any(re.match(r"no\b", p) for p in raw)
-    parts = [re.sub(r"^((um+|uh+|oh|ah|well|so|yeah|yes|no|okay|ok)\s+)+(?=\S)", "", p) for p in raw if p]
+    declined = any(p.split()[0] == "no" for p in raw)
     # "um", "yes", "no" beside a social phrase say nothing more; on their own they answer something
-    said = [p for p in parts if not re.fullmatch(r"um+|uh+|oh|ah|well|so|yeah|yes|no", p)]
+    said = [p for p in raw if _social(p) or not set(p.split()) <= OPENERS]
     if not said:
         return None
     kinds: set[str] = set()
     for p in said:
-        m = _SOCIAL_PART.match(p)
-        if not m:
+        kind = _social(p)
+        if kind is None:
             return None
-        kinds.add(m.lastgroup or "")
+        kinds.add(kind)
     if kinds <= {"thanks", "ack"} and declined:
         return "closing"  # "No, thank you" to "anything else?"
     for kind, _ in _SOCIAL:

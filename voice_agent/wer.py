@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from policy.normalize import FILLERS
+from policy.language import FILLERS
 from policy.numbers import words_to_digits
 
 _CURRENCY = {"$": "dollars", "€": "euros", "£": "pounds"}
