@@ -102,3 +102,14 @@ def test_forced_fit_ranks_the_words_said_above_other_texts():
     said, other, unrelated = Transcriber("tiny.en").fit(pcm, ["Representative, please.", "Operator.",
                                                               "How do I reset my router?"])
     assert said > other and said > unrelated
+
+
+def test_a_telephone_turn_keeps_its_first_words(voice):
+    # espeak en-gb over the telephone channel: silero confirms band-limited speech late, and with the
+    # wideband pre-roll (200 ms) the turn lost "Can I" and was heard as "I think the term one."
+    _, run, state = voice
+    case = Case.model_validate({"id": "pr11", "question": "Can I speak to someone?", "expect": {"action": "transfer"}})
+    transcripts, decisions, problems, _ = run(case, AUDIO / "phone" / "can_i_speak_to_someone.wav")
+    assert problems == [] and [d.action for d in decisions] == [Action.transfer], transcripts
+    heard = _asr_of_last_turn(state)["raw_text"].lower()
+    assert heard.startswith("can i") and "speak" in heard, heard  # the first hearing, no repair needed

@@ -66,7 +66,7 @@ class CallCore:
         self.id = self.session.session_id
         c = self.config
         self._vad = StreamingVad(end_silence_ms=c.end_silence_ms, max_turn_s=c.max_turn_s, threshold=c.speech_threshold(),
-                                 min_speech_ms=c.min_speech_ms, pre_roll_ms=c.pre_roll_ms,
+                                 min_speech_ms=c.min_speech_ms, pre_roll_ms=c.speech_pre_roll_ms(),
                                  pause_ms=c.pause_ms if c.speculative_asr else None)
         self._barge = BargeInDetector(threshold=c.vad_threshold) if c.barge_in else None
         self._in_rs = Resampler(c.input_rate, SR)

@@ -116,7 +116,7 @@ class CallSession(Speculation, Replies):
         self._clear(reply)
         # Replay the caller's words from just before they started into the endpointer.
         mic_now = self._barge._mic_pos / SR
-        back = int((mic_now - onset_s + self.config.pre_roll_ms / 1000 + 0.1) * SR)
+        back = int((mic_now - onset_s + self.config.speech_pre_roll_ms() / 1000 + 0.1) * SR)
         held = self._held[-back:] if back > 0 else self._held
         self._held = np.zeros(0, np.float32)
         self._barge.reset()
