@@ -16,7 +16,6 @@ from kb.tokenize import STOPWORDS, content_terms
 from .language import FactKind, holds_kind, specificity
 
 
-
 class FeatureRow(TypedDict):
     """One section's evidence features, in the scorer's column order."""
 
