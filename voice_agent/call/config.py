@@ -44,10 +44,15 @@ class CallConfig(BaseModel):
     # and a 200 ms pre-roll cut the first word ("Can I speak to someone?" heard as "I think the term one").
     narrowband_pre_roll_ms: int = 400
 
+    @property
+    def narrowband(self) -> bool:
+        """Telephone-line input (8 kHz or less)."""
+        return self.input_rate <= 8000
+
     def speech_threshold(self) -> float:
         """The VAD's speech threshold for this call's input: lower on a telephone line."""
-        return self.narrowband_vad_threshold if self.input_rate <= 8000 else self.vad_threshold
+        return self.narrowband_vad_threshold if self.narrowband else self.vad_threshold
 
     def speech_pre_roll_ms(self) -> int:
         """How much audio before the VAD's onset a turn keeps: more on a telephone line."""
-        return self.narrowband_pre_roll_ms if self.input_rate <= 8000 else self.pre_roll_ms
+        return self.narrowband_pre_roll_ms if self.narrowband else self.pre_roll_ms
