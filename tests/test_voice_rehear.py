@@ -113,3 +113,15 @@ def test_a_telephone_turn_keeps_its_first_words(voice):
     assert problems == [] and [d.action for d in decisions] == [Action.transfer], transcripts
     heard = _asr_of_last_turn(state)["raw_text"].lower()
     assert heard.startswith("can i") and "speak" in heard, heard  # the first hearing, no repair needed
+
+
+def test_bench_wer_hears_a_telephone_file_as_the_phone_line_does():
+    # `bench wer` cuts turns with the telephone line's VAD threshold and pre-roll, as the call does:
+    # with the wideband ones it measured a word error the phone path does not make
+    from voice_agent.bench_wer import Recording, hear
+    from voice_agent.call.config import CallConfig
+    from voice_agent.stages.asr import Transcriber
+
+    rec = Recording(AUDIO / "phone" / "can_i_speak_to_someone.wav", {"spoken": ["Can I speak to someone?"]}, "phone")
+    heard, _, turns = hear(Transcriber("tiny.en"), rec, "vad", CallConfig())
+    assert turns == 1 and heard.lower().startswith("can i") and "speak" in heard.lower(), heard

@@ -116,15 +116,17 @@ def group_keys(rec: Recording) -> dict[str, str]:
 
 
 def hear(transcriber: Transcriber, rec: Recording, segment: str, config: CallConfig) -> tuple[str, float, int]:
-    """(transcript, seconds of audio, turns heard) as the call path would hear the file."""
+    """(transcript, seconds of audio, turns heard) as the call path would hear the file: an 8 kHz
+    telephone file with the telephone line's VAD threshold and pre-roll."""
     pcm, sr = read_audio(rec.path)
+    config = config.model_copy(update={"input_rate": sr})
     x = resample(pcm, sr, SAMPLE_RATE) if sr != SAMPLE_RATE else pcm
     if segment == "whole":
         turns = [x]
     else:
         turns = split_turns(x, SAMPLE_RATE, end_silence_ms=config.end_silence_ms, max_turn_s=config.max_turn_s,
-                            threshold=config.vad_threshold, min_speech_ms=config.min_speech_ms,
-                            pre_roll_ms=config.pre_roll_ms)
+                            threshold=config.speech_threshold(), min_speech_ms=config.min_speech_ms,
+                            pre_roll_ms=config.speech_pre_roll_ms())
     texts = [transcriber.transcribe(np.asarray(t, dtype=np.float32)).text for t in turns]
     return " ".join(t for t in texts if t), len(x) / SAMPLE_RATE, len(turns)
 
