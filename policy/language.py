@@ -103,7 +103,7 @@ def _asks(clause: str) -> bool:
 
 # Where one clause ends and the next begins: punctuation before a space (not the "." in "7.50"), or a
 # word that joins two clauses. Each side is read on its own: its intent, a facet it states, whether it asks.
-_CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|(?:^|\s)(?:and|but|so|then)(?=\s|$)")
+_CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|(?:^|\s)(?:and|but|so|then)(?=\s|$)")
 _SENTENCE_BREAK = re.compile(r"[,.;!?]+")  # a question's own "and" ("shut the door and stop boarding") stays
 _NEGATION = re.compile(r"\b(?:not|never|no|dont)\b|n't\b")
 # A question word inside a clause opens the question it asks ("... my membership when does it start"):

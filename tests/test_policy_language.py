@@ -86,6 +86,9 @@ def test_frame_words_weigh_less_than_subjects():
     ("my bill is wrong and I want a person", ["my bill is wrong", "i want a person"]),
     ("so can I talk to someone", ["can i talk to someone"]),
     ("ok then", ["ok"]),
+    # a dash between spaces breaks a clause, a hyphen inside a word does not
+    ("It's just our family home - how much is a meter?", ["it's just our family home", "how much is a meter"]),
+    ("a pay-as-you-go e-bike", ["a pay-as-you-go e-bike"]),
 ])
 def test_one_clause_splitter(text, expected):
     assert clauses(text) == expected
