@@ -7,7 +7,11 @@ example, labelled from the case's expectation alone:
   section);
 - a turn that must be refused for lack of evidence (not a conflict, not a refused request): every
   current section is a negative;
-- other turns (transfers, clarifies, faults, conflicts, disallowed requests) teach nothing here.
+- a first turn that must be clarified (the answer depends on who the caller is): a section of a
+  document scoped by facets that states one of the case's per-facet answers (its `not_contains` or
+  `contains_all` phrases) answers the question, for that caller; the other sections of those
+  documents, and sections stating none of the phrases, do not;
+- other turns (transfers, faults, conflicts, disallowed requests) teach nothing here.
 The lesson comes from the case alone, never from the gate that decided the turn: a policy rule that
 changes how a turn is read (a request for a person, say) must not change what the scorer learns.
 Sealed domains are never passed in."""
@@ -71,12 +75,15 @@ def _holds(hit: Hit, phrases: list[str]) -> bool:
     return all(_norm(p) in text for p in phrases)
 
 
-def _teaches(case: Case, expected: list[Action] | None) -> str | None:
-    """'answer', 'refuse' or None: what this turn says about answerability, from the case alone."""
+def _teaches(case: Case, expected: list[Action] | None, turn: int = 0) -> str | None:
+    """'answer', 'refuse', 'clarify' or None: what this turn says about answerability, from the case
+    alone."""
     if case.faults or expected is None:
         return None
     if expected == [Action.answer]:
         return "answer"
+    if expected == [Action.clarify] and turn == 0 and (case.expect.not_contains or case.expect.contains_all):
+        return "clarify"
     about_request = any(b in case.bucket.lower() for b in _NOT_EVIDENCE_BUCKETS)
     if expected == [Action.refuse] and not case.expect.not_contains_any_alone and not about_request:
         return "refuse"
@@ -87,6 +94,8 @@ def _label_turn(case: Case, lesson: str, graded: list[GradedHit], final: bool) -
     active = [g for g in graded if g.active]
     if lesson == "refuse":
         return [(g, 0) for g in active]
+    if lesson == "clarify":
+        return _label_clarify(case, active)
     if not final:
         return []  # cite_any and contains_all speak of the last turn
     cited = set(case.expect.cite_any)
@@ -101,6 +110,23 @@ def _label_turn(case: Case, lesson: str, graded: list[GradedHit], final: bool) -
     return [(g, 1 if g in good else 0) for g in active if g not in ambiguous]
 
 
+def _label_clarify(case: Case, active: list[GradedHit]) -> list[tuple[GradedHit, int]]:
+    """A question asked before the caller said who they are: each facet's page that states its
+    answer answers it; a page stating an answer but scoped to nobody is left out (it may be the
+    general answer or a stray mention)."""
+    keys = set(case.expect.missing_any)
+    phrases = [*case.expect.not_contains, *case.expect.contains_all]
+
+    def scoped(g: GradedHit) -> bool:
+        return bool(g.hit.applies_to) and (not keys or bool(keys & set(g.hit.applies_to)))
+
+    says = {id(g): any(_holds(g.hit, [p]) for p in phrases) for g in active}
+    good = [g for g in active if says[id(g)] and scoped(g)]
+    if not good:
+        return []
+    return [(g, 1 if g in good else 0) for g in active if g in good or not says[id(g)]]
+
+
 def capture(engine: Engine, cases: list[Case], domain: str) -> list[Example]:
     """Run the cases (text path) and turn their retrieved sections into labelled examples."""
     out: list[Example] = []
@@ -110,7 +136,7 @@ def capture(engine: Engine, cases: list[Case], domain: str) -> list[Example]:
         turns = case.caller_turns
         for i, text in enumerate(turns):
             res = session.turn(text, faults=tuple(case.faults))
-            lesson = _teaches(case, expected[i])
+            lesson = _teaches(case, expected[i], i)
             if lesson is None:
                 continue
             for g, label in _label_turn(case, lesson, res.graded, i == len(turns) - 1):
@@ -183,7 +209,8 @@ def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]
     whose answering section is in that document)."""
     turns: dict[tuple[str, int], list[tuple[float, Example]]] = {}
     for e, p in zip(examples, scorer.probabilities([e.row for e in examples])):
-        turns.setdefault((e.case_id, e.turn), []).append((p, e))
+        if e.lesson != "clarify":  # such a turn is asked back whatever its sections say
+            turns.setdefault((e.case_id, e.turn), []).append((p, e))
     out = []
     for rows in turns.values():
         by_doc: dict[str, list[tuple[float, Example]]] = {}

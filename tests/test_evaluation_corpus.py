@@ -102,6 +102,27 @@ def test_turns_teach_answerability_only_from_evidence_outcomes_read_from_the_cas
     assert _teaches(conflict, [Action.refuse]) is None
     assert _teaches(answer, [Action.transfer]) is None
     assert _teaches(answer, None) is None
+    ask_back = Case.model_validate({"id": "m", "question": "q", "expect": {
+        "action": "clarify", "missing_any": ["plan"], "not_contains": ["£5", "£9"]}})
+    assert _teaches(ask_back, [Action.clarify]) == "clarify"
+    assert _teaches(ask_back, [Action.clarify], turn=1) is None  # a later clarify asks again: nothing new
+    assert _teaches(answer, [Action.clarify]) is None  # no per-facet answers named
+
+
+@pytest.mark.unit
+def test_a_question_asked_before_the_facet_is_answered_by_each_facets_page():
+    from tests.policy_helpers import hit
+    from policy.evidence import GradedHit
+
+    case = Case.model_validate({"id": "m", "question": "q", "expect": {
+        "action": "clarify", "missing_any": ["plan"], "not_contains": ["£5", "£9"]}})
+    basic = GradedHit(hit("fees-basic", "The fee is £5.", applies_to={"plan": "basic"}, section="fee"), 0.3)
+    plus = GradedHit(hit("fees-plus", "The fee is £9.", applies_to={"plan": "plus"}, section="fee"), 0.3)
+    how = GradedHit(hit("fees-plus", "Pay online.", applies_to={"plan": "plus"}, section="how"), 0.3)
+    faq = GradedHit(hit("faq", "Fees start at £5.", section="x"), 0.3)  # says it, scoped to nobody: left out
+    other = GradedHit(hit("other", "Unrelated.", section="y"), 0.3)
+    labels = {g.hit.locator: y for g, y in _label_turn(case, "clarify", [basic, plus, how, faq, other], False)}
+    assert labels == {"fees-basic#fee": 1, "fees-plus#fee": 1, "fees-plus#how": 0, "other#y": 0}
 
 
 @pytest.mark.unit
