@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import math
 import os
+import re
 import json
 import sys
 from dataclasses import dataclass
@@ -71,8 +72,10 @@ def _norm(text: str) -> str:
 
 
 def _holds(hit: Hit, phrases: list[str]) -> bool:
+    """Whether the section states every phrase as written, never inside a longer figure or word
+    ("£5" is not in "£50" or "£5.50", "7 days" is not in "17 days")."""
     text = _norm(" ".join([hit.heading, *hit.units, hit.text]))
-    return all(_norm(p) in text for p in phrases)
+    return all(re.search(rf"(?<![\w.,£$€]){re.escape(_norm(p))}(?!\w|[.,]\d)", text) for p in phrases)
 
 
 def _teaches(case: Case, expected: list[Action] | None, turn: int = 0) -> str | None:

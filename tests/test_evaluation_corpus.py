@@ -142,6 +142,16 @@ def test_the_section_holding_the_expected_phrase_is_the_positive():
 
 
 @pytest.mark.unit
+def test_an_expected_phrase_is_never_found_inside_a_longer_figure():
+    from tests.policy_helpers import hit
+    from evaluation.train import _holds
+
+    assert not _holds(hit("a", "It costs £50,000 or £5.50, within 17 days."), ["£5"])
+    assert not _holds(hit("a", "Reply within 17 days."), ["7 days"])
+    assert _holds(hit("a", "It costs £5. Reply within 7 days."), ["£5", "7 days"])
+
+
+@pytest.mark.unit
 def test_the_fitted_trees_are_exported_exactly():
     import numpy as np
     from sklearn.ensemble import GradientBoostingClassifier
