@@ -59,14 +59,16 @@ def test_human_request_transfers_even_with_perfect_evidence():
 @pytest.mark.parametrize("phrase", ["operator", "representative please", "agent please", "人工", "can I speak to a human",
                                     "receptionist, please", "I need to speak with somebody from your team",
                                     "could you pass me over to one of your colleagues",
-                                    "I'd prefer to deal with a person", "can I have a word with a real advisor"])
+                                    "I'd prefer to deal with a person", "can I have a word with a real advisor",
+                                    "never mind, I'd rather ask a person", "let me ask someone in your team"])
 def test_human_request_phrasings(phrase):
     assert run(phrase, result()).action == Action.transfer
 
 
 @pytest.mark.parametrize("phrase", ["who was the operator before you took over the network",
                                     "how many human operators did the old exchanges need",
-                                    "how much can the desk knock off without having to ask a manager"])
+                                    "how much can the desk knock off without having to ask a manager",
+                                    "can I ask someone else to collect my parcel"])
 def test_naming_a_person_is_not_asking_for_one(phrase):
     assert run(phrase, result()).gate != "a_human"
 
