@@ -86,6 +86,7 @@ def _clarify_message(o: GateOutcome, cfg: PolicyConfig) -> str:
 
 def _transfer_message(o: GateOutcome, cfg: PolicyConfig) -> str:
     team = (o.team or cfg.default_team).replace("_", " ")
+    team += "" if team.split()[-1:] == ["team"] else " team"  # "billing_team" is not "billing team team"
     if Reason.human_requested in o.reasons:
         lead = "Of course."
     elif Reason.conflicting_sources in o.reasons:
@@ -94,7 +95,7 @@ def _transfer_message(o: GateOutcome, cfg: PolicyConfig) -> str:
         lead = "I'm having trouble with my voice system."
     else:
         lead = "This is something a specialist needs to handle."
-    return (f"{lead} I'm transferring you to our {team} team now. I'm passing along your question and "
+    return (f"{lead} I'm transferring you to our {team} now. I'm passing along your question and "
             "what I found, so you won't need to repeat yourself.")
 
 

@@ -78,6 +78,13 @@ def test_a_request_for_a_person_by_meaning_transfers():
     assert o.action == Action.transfer and o.gate == "a_human" and "by meaning" in str(o.signals["human_request"])
 
 
+@pytest.mark.parametrize("team", ["finance_ops", "claims_team"])
+def test_a_transfer_names_the_team_once(team):
+    o = run("how long does a refund take", result(hit("refund-2026", REFUND, risk="high", team=team)))
+    msg, _ = compose(o, "how long does a refund take", CFG)
+    assert o.action == Action.transfer and f"to our {team.replace('_', ' ').removesuffix(' team')} team now" in msg
+
+
 def test_high_risk_transfers_even_with_perfect_evidence():
     o = run("how long does a refund take", result(hit("refund-2026", REFUND, risk="high", team="finance_ops")))
     assert o.action == Action.transfer and o.team == "finance_ops" and Reason.high_risk_topic in o.reasons
