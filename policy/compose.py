@@ -84,9 +84,14 @@ def _clarify_message(o: GateOutcome, cfg: PolicyConfig) -> str:
     return _clarify_question(o, cfg)
 
 
+def team_phrase(team: str) -> str:
+    """A queue as the caller hears it: "billing" and "billing_team" are both "billing team"."""
+    name = team.replace("_", " ")
+    return name if name.split()[-1:] == ["team"] else f"{name} team"
+
+
 def _transfer_message(o: GateOutcome, cfg: PolicyConfig) -> str:
-    team = (o.team or cfg.default_team).replace("_", " ")
-    team += "" if team.split()[-1:] == ["team"] else " team"  # "billing_team" is not "billing team team"
+    team = team_phrase(o.team or cfg.default_team)
     if Reason.human_requested in o.reasons:
         lead = "Of course."
     elif Reason.conflicting_sources in o.reasons:

@@ -10,6 +10,7 @@ from typing import cast
 
 import numpy as np
 
+from policy.compose import team_phrase
 from policy.decision import Action, Decision, Reason
 
 from ..audio import Resampler, float_to_pcm16, mulaw_encode
@@ -19,7 +20,7 @@ from .events import AudioChunk, AudioEnd, AudioStart, DecisionEvent, ErrorEvent,
 from .render import DONE, Render
 
 CHUNK_S = 0.2  # reply audio is sent in pieces of this length, so a barge-in stops it quickly
-TTS_FAILED_MESSAGE = ("I'm having trouble with my voice system. I'm transferring you to our {team} team now. "
+TTS_FAILED_MESSAGE = ("I'm having trouble with my voice system. I'm transferring you to our {team} now. "
                       "I'm passing along your question, so you won't need to repeat yourself.")
 
 LOG = logging.getLogger("voice_agent.call")
@@ -58,7 +59,7 @@ class Replies(CallCore):
 
     def _tts_transfer(self, decision: Decision, question: str) -> Decision:
         team = (decision.handoff.team if decision.handoff else None) or self.runtime.engine.config.default_team
-        message = TTS_FAILED_MESSAGE.format(team=team.replace("_", " "))
+        message = TTS_FAILED_MESSAGE.format(team=team_phrase(team))
         return self.session.degrade_to_transfer(decision, Reason.tts_unavailable, message, question)
 
     async def _speak(self, text: str, render: Render | None = None) -> float | None:
