@@ -32,7 +32,8 @@ def topic_phrase(question: str) -> str:
     return f"\"{' '.join(words[:14])}{'...' if len(words) > 14 else ''}\""
 
 
-_ASKED = {"amount": "what it costs", "duration": "how long it takes", "when": "when", "count": "how many"}
+_ASKED = {"amount": "what it costs", "duration": "how long it takes", "when": "when", "count": "how many",
+          "contact": "which number or address to use"}
 
 
 def _what_is_asked(kind: str, topic: str) -> str:

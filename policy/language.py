@@ -9,7 +9,7 @@ from typing import Literal
 
 from .numbers import quantities
 
-FactKind = Literal["amount", "duration", "when", "count", "any"]
+FactKind = Literal["amount", "duration", "when", "count", "contact", "any"]
 
 # What a question asks for, read from its question words. First match wins; anything else is "any"
 # (a which/where/how-do-I/yes-no question, answered by whatever the best sentence says).
@@ -21,7 +21,12 @@ _KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
     ("when", re.compile(r"(^|[,;] )when\b(?! (i|i'm|we|we're|you|you're|it's|my|the)\b)|\bwhen (is|are|was|will|would|do|does"
                         r"|did|can|should|'s)\b|\bwhat (time|date|day)\b|\bhow (late|early)\b|\bby when\b")),
     ("count", re.compile(r"\bhow many\b")),
+    # a way to reach someone: answered only by the number or address itself
+    ("contact", re.compile(r"\b(phone|telephone|contact|helpline|mobile) number\b|\bemail address\b|\bweb ?(site )?address\b"
+                           r"|\bwhat('s| is) (the|your) (number|email)\b|\bnumber (to|do i|should i|can i|i) (call|ring|phone|text)\b")),
 ]
+# A phone number, an email address or a web address.
+_CONTACT = re.compile(r"(?<![\w-])\+?\d(?:[ -]?\d){8,}(?![\w-])|[\w.+-]+@[\w-]+\.\w|\bwww\.|\b[\w-]+\.(com|org|net|co\.uk|org\.uk|gov\.uk|ac\.uk)\b")
 # Words that state a fact of a kind without a figure ("free", "immediately", "same day").
 _KIND_WORDS: dict[str, frozenset[str]] = {
     "amount": frozenset("free".split()),
@@ -57,6 +62,8 @@ def holds_kind(kind: FactKind, text: str) -> bool:
     that states it ("free", "immediately"). Every sentence fits a question of kind "any"."""
     if kind == "any":
         return True
+    if kind == "contact":
+        return bool(_CONTACT.search(text.lower()))
     words = set(re.findall(r"[a-z]+", text.lower()))
     if words & _KIND_WORDS[kind]:
         return True

@@ -41,7 +41,8 @@ def test_number_words_and_digits_compare_equal():
     ("What's the fee for a paper bill?", "amount"), ("How much is it?", "amount"),
     ("When does the promotion end?", "when"), ("What time does the shop shut?", "when"),
     ("When I'm away, which card should I use?", "any"), ("How many lines can I have?", "count"),
-    ("Where do I send the form?", "any"),
+    ("Where do I send the form?", "any"), ("What's the phone number for the claims line?", "contact"),
+    ("What email address do I send it to?", "contact"), ("How much does it cost to call your number?", "amount"),
 ])
 def test_what_kind_of_fact_a_question_asks_for(question, kind):
     assert fact_kind(question) == kind
@@ -53,6 +54,14 @@ def test_a_fact_of_the_asked_kind_in_words_or_figures():
     assert holds_kind("duration", "Add-on data lasts until the end of your billing month.")
     assert not holds_kind("amount", "A replacement key arrives within 3 working days.")
     assert holds_kind("any", "Anything at all.")
+
+
+def test_a_way_to_reach_someone_is_the_number_or_address_itself():
+    assert holds_kind("contact", "Call the claims line on 0345 600 1234.")
+    assert holds_kind("contact", "Email claims@example.co.uk with the signed form.")
+    assert holds_kind("contact", "Send it through www.example.com/claims.")
+    assert not holds_kind("contact", "Our automated readings line is open 24 hours a day.")
+    assert not holds_kind("contact", "The new prices apply from 2026-04-01, £12.50 for 10 days.")
 
 
 def test_punctuation_never_decides():
