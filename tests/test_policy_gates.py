@@ -176,6 +176,18 @@ def test_superseding_or_facet_scoped_documents_are_not_a_conflict():
     assert o.gate != "g_conflict"
 
 
+def test_a_neighbouring_fact_on_another_page_is_not_a_conflict():
+    """The booster's price sits beside the spay's in meaning, but fits the question far worse: it is
+    another fact, not another answer. The same figure in a sentence as apt as the spoken one is."""
+    q = "how much is it to spay my cat"
+    spay = hit("neutering", "Spaying a cat costs £135.", covered=("spay", "cat"))
+    booster = hit("vaccinations", "A cat's annual booster costs £58.", covered=("cat",), dense=0.45, rank=2)
+    o = run(q, result(spay, booster))
+    assert o.gate == "j_answer" and "booster" not in str(o.signals.get("conflicts"))
+    rival = hit("price-list", "Spaying a cat costs £150.", covered=("spay", "cat"), dense=0.75, rank=2)
+    assert run(q, result(spay, rival)).gate == "g_conflict"
+
+
 def test_conflict_on_a_high_risk_topic_transfers():
     a = _pass("fraud-help", "The roaming pass refund takes 5 days.", risk="high", team="fraud")
     b = _pass("fraud-faq", "The roaming pass refund takes 9 days.", risk="high", team="fraud", rank=2)
