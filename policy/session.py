@@ -132,6 +132,7 @@ class Session:
         # a turn that asks for a person, an action or something refused is its own request, never the
         # answer to a pending clarify ("just put me through to a person" is not "personal")
         own_request = not (low_conf or social) and self._is_request(said)
+        self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
             social, question = None, self.pending_question  # "okay" while a clarify waits: ask it again

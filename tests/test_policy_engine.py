@@ -49,6 +49,17 @@ def test_clarify_then_answer_continues_the_pending_question(engine):
     assert s.facets == {"customer_type": "personal"}
 
 
+def test_a_request_for_a_person_after_an_unread_clarify_answer_transfers(engine):
+    """The caller's reply to our clarify could not be read, so we asked again; a request for a
+    person next is a request for a person, not another unread reply."""
+    s = engine.session()
+    assert s.turn("Can I get a refund if I cancel my annual plan early?").decision.action == Action.clarify
+    again = s.turn("Hmm, it's the one my brother set up for me.").decision
+    assert again.action == Action.clarify and again.message.startswith("Sorry")
+    d = s.turn("Right, can I speak to someone about it?").decision
+    assert d.action == Action.transfer and Reason.human_requested in d.reasons
+
+
 def test_context_before_any_question_asks_for_the_question_and_is_kept(engine):
     s = engine.session()
     d = s.turn("It's a personal account.").decision  # searched, it would go to the privacy team
