@@ -45,12 +45,13 @@ def stated_figures(g: GradedHit, kind: FactKind) -> dict[str, set[str]]:
 
 
 def same_fact_units(best: GradedHit, b: GradedHit, kind: FactKind, similarity: Similarity | None,
-                    neighbours: bool = True) -> list[str]:
+                    neighbours: bool = False) -> list[str]:
     """The sentences of section b that say the same thing as the one best would speak: close in
     meaning ("space for six bikes on every train" / "a maximum of 4 bikes on each train"); without
-    the dense model, sharing most of the shorter one's words, figures aside. Unless b is itself
-    likely to answer (`neighbours` False), a sentence that fits the question much worse than the
-    spoken one is about a neighbouring fact and is left out."""
+    the dense model, sharing most of the shorter one's words, figures aside. With `neighbours`
+    (b is a rival page not itself likely to answer), a sentence that fits the question much worse
+    than the spoken one is about a neighbouring fact and is left out; a successor restating an old
+    page's answer (policy/versions.py) may fit the question loosely and is never filtered."""
     spoken = best_unit_order(best, kind)[:1]
     if not spoken or not b.hit.units:
         return []
