@@ -273,7 +273,6 @@ class Session:
         question yet to apply it to."""
         new = self._read_facets(text)
         self.facets.update(new)
-        self.facet_retry = 0
         vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
         left = len(content_terms(without_facet_phrases(text, vocab, idioms)))
         asks = asks_question(text)
