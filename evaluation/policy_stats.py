@@ -44,9 +44,16 @@ def _word_list(node: ast.AST) -> bool:
     return False
 
 
-def _regexes_in(node: ast.AST) -> int:
+def _regexes_in(node: ast.AST, counted: set[int]) -> int:
+    """Regex strings in a table, but those already counted as the pattern of a `re` call in it."""
     return sum(1 for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
-               and _looks_regex(n.value))
+               and _looks_regex(n.value) and id(n) not in counted)
+
+
+def _type_literals(tree: ast.AST) -> set[int]:
+    """Nodes inside `Literal[...]`: a type's allowed values, not words the policy reads."""
+    return {id(sub) for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+            and n.value.id == "Literal" for sub in ast.walk(n.slice)}
 
 
 def _is_export_list(stmt: ast.Assign | ast.AnnAssign) -> bool:
@@ -58,21 +65,24 @@ def _is_export_list(stmt: ast.Assign | ast.AnnAssign) -> bool:
 def count_python(source: str) -> dict[str, int]:
     tree = ast.parse(source)
     regex_nodes: set[int] = set()
+    inside: set[int] = set()  # every node of a counted pattern, so a table never counts it again
     for n in ast.walk(tree):
         if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _RE_FUNCS \
                 and isinstance(n.func.value, ast.Name) and n.func.value.id == "re" and n.args:
             if isinstance(n.args[0], ast.Constant) or isinstance(n.args[0], ast.BinOp):
                 regex_nodes.add(id(n.args[0]))
+                inside.update(id(sub) for sub in ast.walk(n.args[0]))
     regexes = len(regex_nodes)
+    literals = _type_literals(tree)
     words = 0
     for stmt in tree.body:  # module-level tables
         value = getattr(stmt, "value", None)
         if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or value is None or _is_export_list(stmt):
             continue
         if isinstance(value, (ast.List, ast.Tuple, ast.Dict, ast.Set)) and not _word_list(value):
-            regexes += _regexes_in(value)
+            regexes += _regexes_in(value, inside)
         for sub in ast.walk(value):
-            if _word_list(sub):
+            if id(sub) not in literals and _word_list(sub):
                 words += 1
     return {"regexes": regexes, "word_lists": words}
 

@@ -174,6 +174,10 @@ def test_the_rule_count_reads_code_not_comments():
            'B = [r"\\b(a|b)\\b", r"\\bc\\b"]\nWORDS = frozenset("alpha beta gamma delta".split())\n'
            'def f(t):\n    return re.search(r"\\by\\b", t)\n')
     assert count_python(src) == {"regexes": 4, "word_lists": 1}
+    # a table of compiled patterns counts each pattern once; a type's allowed values are no word list
+    table = ('import re\nfrom typing import Literal\nKind = Literal["amount", "duration", "when"]\n'
+             'T = [("a", re.compile(r"\\bhow much\\b")), ("b", re.compile(r"\\bhow long\\b"))]\n')
+    assert count_python(table) == {"regexes": 2, "word_lists": 0}
     assert count_yaml({"lexicons": {"h": ["a", "b"]}, "facet_synonyms": {"k": {"v": ["x"], "w": ["y"]}},
                        "intents": {"human_request": {"examples": ["x"]}}}) == {"regexes": 2, "word_lists": 3}
     stats = policy_stats(ROOT)
