@@ -111,7 +111,9 @@ def _asks(clause: str) -> bool:
 # Where one clause ends and the next begins: punctuation before a space (not the "." in "7.50"), or a
 # word that joins two clauses. Each side is read on its own: its intent, a facet it states, whether it asks.
 _CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|(?:^|\s)(?:and|but|so|then)(?=\s|$)")
-_SENTENCE_BREAK = re.compile(r"[,.;!?]+")  # a question's own "and" ("shut the door and stop boarding") stays
+# Where a piece of a turn ends: punctuation before a space, kept with the piece. A question's own "and"
+# ("shut the door and stop boarding") stays inside it.
+_SENTENCE_BREAK = re.compile(r"(?<=[,.;!?])\s+")
 _NEGATION = re.compile(r"\b(?:not|never|no|dont)\b|n't\b")
 # A question word inside a clause opens the question it asks ("... my membership when does it start"):
 # ASR may write no comma before it, so the asking clause is found without one.
@@ -134,10 +136,15 @@ def asks_question(text: str) -> bool:
     return any(_asks(c) for c in clauses(text))
 
 
+def sentences(normalized: str) -> list[str]:
+    """The pieces of a normalized turn between punctuation marks, each with its own mark."""
+    return [p for p in _SENTENCE_BREAK.split(normalized) if p.strip()]
+
+
 def question_focus(text: str) -> str | None:
     """The clause that asks, when the turn says more than its question ("my new card came this
     morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
-    parts = [p.strip() for c in _SENTENCE_BREAK.split(normalize_text(text)) for p in _WH_INSIDE.split(c) if p.strip()]
+    parts = [p.strip(" ,.;!?") for c in sentences(normalize_text(text)) for p in _WH_INSIDE.split(c) if p.strip(" ,.;!?")]
     asking = [c for c in parts if _asks(c)]
     if len(parts) < 2 or not asking or len(asking[-1].split()) < 3:
         return None

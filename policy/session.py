@@ -3,7 +3,6 @@ one turn, top to bottom: read → search → decide → recheck → remember →
 from __future__ import annotations
 
 import datetime as dt
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from .compose import compose
 from .decision import Action, Decision, Reason
 from .evidence import GradedHit
 from .gates import GateOutcome, TurnFacts, decide
-from .language import asks_question, normalize_text
+from .language import asks_question, normalize_text, sentences
 from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
 from .session_state import SessionState
@@ -144,7 +143,7 @@ class Session:
         """The facets the caller states filter the documents; a clause that only states them ("I'm a
         business customer.") is left out of the search, or every business page would look like an
         answer. Within a clause ("the late fee for business accounts") they stay."""
-        clauses = [c for c in re.split(r"(?<=[.?!;,])\s+", normalized) if c.strip()]
+        clauses = sentences(normalized)
         if len(clauses) < 2:
             return normalized
         vocab, idioms = self.engine.facet_phrases(self.role), self.engine.facet_idioms(self.role)
