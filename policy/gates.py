@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from kb.models import RISK_ORDER, EffectiveStatus, Hit, RetrievalResult
 
@@ -49,6 +50,14 @@ class TurnFacts:
     # the team of what the conversation has been about (the latest question's evidence): where a
     # transfer goes when this turn's own words point nowhere ("can I just talk to a person")
     conversation_team: str | None = None
+    # this turn as the caller said it, before the repair toward the KB's words ("money back" may
+    # become the KB's "Money-Back"): a request it makes stays a request
+    caller_words: str = ""
+
+
+def _said(read: Callable[[str, PolicyConfig], str | None], facts: TurnFacts, cfg: PolicyConfig) -> str | None:
+    """A lexicon reading of the turn as repaired, or else as said."""
+    return read(facts.question, cfg) or (read(facts.caller_words, cfg) if facts.caller_words else None)
 
 
 @dataclass
@@ -157,7 +166,7 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
 def _conversation_gates(facts: TurnFacts, cfg: PolicyConfig, signals: dict[str, object],
                         out) -> GateOutcome | None:  # noqa: ANN001
     # a doubtful hearing is asked again, unless it asks for a person: that is never second to anything
-    if facts.asr_low_confidence and not (human_requested(facts.question, cfg) or "human_request" in facts.intents):
+    if facts.asr_low_confidence and not (_said(human_requested, facts, cfg) or "human_request" in facts.intents):
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
     if facts.small_talk:  # greetings, thanks, goodbyes ask nothing: a social reply
         signals["small_talk"] = facts.small_talk
@@ -179,20 +188,20 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     q = facts.question
     active = [g for g in graded if g.active]
     # a. An explicit request for a human wins over everything, even a perfect answer.
-    if m := human_requested(q, cfg) or (f"by meaning {facts.intents['human_request']:.2f}"
-                                         if "human_request" in facts.intents else None):
+    if m := _said(human_requested, facts, cfg) or (f"by meaning {facts.intents['human_request']:.2f}"
+                                                   if "human_request" in facts.intents else None):
         signals["human_request"] = m
         related = [g for g in active[:3] if g.p >= cfg.thresholds.related_p]  # this turn also asks something
         team = _named_team(q, facts.teams) or (_team(related, cfg) if related else facts.conversation_team)
         return out(Action.transfer, [Reason.human_requested], "a_human", team=team, evidence=related,
                    evidence_status="direct" if related else "missing")
     # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
-    if m := disallowed_request(q, cfg):
+    if m := _said(disallowed_request, facts, cfg):
         signals["disallowed"] = m
         return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
     # c. High-risk topics (from KB metadata) and actions a human must approve.
     risky = risky_sections(active, cfg)
-    if m := approval_action(q, cfg):
+    if m := _said(approval_action, facts, cfg):
         signals["approval_action"] = m
         named = [h for h in facts.action_hits if h.lexical_score > 0 and h.handoff_team
                  and (h.dense_score is None or h.dense_score >= cfg.thresholds.min_dense)

@@ -130,7 +130,7 @@ class Session:
         social = None if low_conf else small_talk(said)
         # a turn that asks for a person, an action or something refused is its own request, never the
         # answer to a pending clarify ("just put me through to a person" is not "personal")
-        own_request = not (low_conf or social) and self._is_request(said)
+        own_request = not (low_conf or social) and (self._is_request(said) or self._is_request(text))
         self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
@@ -193,7 +193,8 @@ class Session:
                faults: Collection[str]) -> TurnFacts:
         eng = self.engine
         action_hits: list[Hit] = []
-        if result is not None and (m := approval_action(heard.normalized, eng.config)):
+        if result is not None and (m := approval_action(heard.normalized, eng.config)
+                                   or approval_action(heard.text, eng.config)):
             # route the action by its own words: "I'm going to sue" is closest in meaning to
             # whatever the caller was upset about, but the legal page names legal action
             try:
@@ -209,7 +210,7 @@ class Session:
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
                          intents={} if heard.social or heard.context_only or not heard.normalized.strip()
                          else eng.intents(heard.normalized),
-                         conversation_team=self.topic_team,
+                         conversation_team=self.topic_team, caller_words=heard.text,
                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)
 
     def _recheck(self, decision: Decision, result: RetrievalResult | None,
