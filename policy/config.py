@@ -23,8 +23,7 @@ class Thresholds(BaseModel):
     facet_margin: float = 0.3  # likely answers within this of the best decide whether a facet matters
     facet_floor: float = 0.35  # ... if at least this likely
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
-    risk_min_dense: float = 0.40  # a high-risk section must be at least this close to route a transfer
-    competitor_margin: float = 0.10  # how far ahead the closest high-risk section must stand
+    risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
     threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer
     answer_coverage: float = 0.60  # `--policy minimal`: key-term coverage needed to answer
     max_clarify_facets: int = 2
