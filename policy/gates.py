@@ -21,7 +21,7 @@ from .decision import Action, Reason
 from .evidence import GradedHit, best_answer, grade
 from .language import fact_kind
 from .scorer import Scorer, answer_threshold
-from .signals import approval_action, disallowed_request, human_requested
+from .signals import approval_action, disallowed_request, first_reading, human_requested
 from .versions import carry_over
 
 
@@ -56,8 +56,7 @@ class TurnFacts:
 
 
 def _said(read: Callable[[str, PolicyConfig], str | None], facts: TurnFacts, cfg: PolicyConfig) -> str | None:
-    """A lexicon reading of the turn as repaired, or else as said."""
-    return read(facts.question, cfg) or (read(facts.caller_words, cfg) if facts.caller_words else None)
+    return first_reading(read, (facts.question, facts.caller_words), cfg)
 
 
 @dataclass

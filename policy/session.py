@@ -23,8 +23,8 @@ from .language import asks_question, normalize_text, sentences
 from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
 from .session_state import SessionState
-from .signals import (approval_action, disallowed_request, human_requested, lexicon_words, small_talk, stated_facets,
-                      without_facet_phrases)
+from .signals import (approval_action, disallowed_request, first_reading, human_requested, lexicon_words, small_talk,
+                      stated_facets, without_facet_phrases)
 
 if TYPE_CHECKING:  # the engine creates sessions; a session only calls back into it
     from .engine import Engine
@@ -130,7 +130,7 @@ class Session:
         social = None if low_conf else small_talk(said)
         # a turn that asks for a person, an action or something refused is its own request, never the
         # answer to a pending clarify ("just put me through to a person" is not "personal")
-        own_request = not (low_conf or social) and (self._is_request(said) or self._is_request(text))
+        own_request = not (low_conf or social) and self._is_request(said, text)
         self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
@@ -193,8 +193,7 @@ class Session:
                faults: Collection[str]) -> TurnFacts:
         eng = self.engine
         action_hits: list[Hit] = []
-        if result is not None and (m := approval_action(heard.normalized, eng.config)
-                                   or approval_action(heard.text, eng.config)):
+        if result is not None and (m := first_reading(approval_action, (heard.normalized, heard.text), eng.config)):
             # route the action by its own words: "I'm going to sue" is closest in meaning to
             # whatever the caller was upset about, but the legal page names legal action
             try:
@@ -261,10 +260,11 @@ class Session:
             new.update(reader.read(text, unasked, prompted=False))
         return new
 
-    def _is_request(self, text: str) -> bool:
-        cfg = self.engine.config
-        return bool(human_requested(text, cfg) or approval_action(text, cfg) or disallowed_request(text, cfg)
-                    or "human_request" in self.engine.intents(text))
+    def _is_request(self, *texts: str) -> bool:
+        """Whether the turn, as repaired or as said, asks for a person, an action or something refused."""
+        cfg, texts = self.engine.config, tuple(dict.fromkeys(texts))
+        return any(first_reading(read, texts, cfg) for read in (human_requested, approval_action, disallowed_request)) \
+            or any("human_request" in self.engine.intents(t) for t in texts)
 
     def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
         """Fill facets the caller states; a reply to a clarify continues the pending question, and

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterable
+from typing import Callable, Iterable
 
 from kb.tokenize import STOPWORDS, content_terms
 
@@ -24,6 +24,12 @@ def first_match(text: str, patterns: Iterable[str]) -> str | None:
         if rx.search(t):
             return rx.pattern
     return None
+
+
+def first_reading(read: Callable[[str, PolicyConfig], str | None], texts: Iterable[str], cfg: PolicyConfig) -> str | None:
+    """What `read` finds in the first of `texts` where it finds anything: a turn is read as repaired
+    toward the KB's words, then as the caller said it, so a repair never hides a request."""
+    return next((m for t in texts if t and (m := read(t, cfg))), None)
 
 
 def human_requested(text: str, cfg: PolicyConfig) -> str | None:
