@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from kb.models import EffectiveStatus, Hit, RetrievalResult
 from kb.tokenize import content_terms
 
-from .features import QuestionTerms, feature_rows
+from .features import QuestionTerms, feature_rows, scoped_rows
 from .language import FactKind, holds_kind
 from .scorer import Scorer
 
@@ -24,6 +24,7 @@ class GradedHit:
     why: list[str] = field(default_factory=list)  # the features that moved p most (filled for the spoken one)
     unit_words: list[float] = field(default_factory=list)  # per unit, the weighted share of the question it says
     vouched_by: str | None = None  # the superseded section whose probability it took (policy/versions.py)
+    p_scoped: float | None = None  # p once the caller's facet rules out its variants for other callers
 
     @property
     def active(self) -> bool:
@@ -54,10 +55,13 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     q, rows = feature_rows(result, kind)
     features = [row for row, _ in rows]
     ps = [_lexical_only_p(r) for r in features] if result.lexical_only else scorer.probabilities(features)
+    scoped = {} if result.lexical_only else scoped_rows(result, q, kind)
+    p_scoped = dict(zip(scoped, scorer.probabilities(list(scoped.values()))))
     graded = []
-    for hit, (row, missing), p in zip(result.hits, rows, ps):
+    for i, (hit, (row, missing), p) in enumerate(zip(result.hits, rows, ps)):
         words = [q.surface.get(t, t) for t in missing]  # in the caller's words, never as stems
-        graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q) for u in hit.units]))
+        graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q) for u in hit.units],
+                                p_scoped=p_scoped.get(i)))
     graded.sort(key=lambda g: -g.p)
     return graded
 

@@ -92,6 +92,12 @@ def _best_units(hit: Hit, n: int = 3) -> list[str]:
     return [hit.units[i] for i in order[:n]]
 
 
+def variants_for_others(a: Hit, b: Hit) -> bool:
+    """Two documents scoped to different callers on one facet (the business late fee beside the
+    personal one): with the facet unknown they tie, and neither stands ahead of the other."""
+    return a.doc_id != b.doc_id and any(k in b.applies_to and b.applies_to[k] != v for k, v in a.applies_to.items())
+
+
 def versions_of_one(a: Hit, b: Hit) -> bool:
     """Two versions of one document (one supersedes the other): they say the same, never compete."""
     return a.doc_id in b.supersedes or b.doc_id in a.supersedes
@@ -151,3 +157,13 @@ def feature_rows(result: RetrievalResult,
     """Per hit, its features and the question's terms it leaves unsaid."""
     q = question_terms(result)
     return q, [hit_features(h, result.hits, q, kind) for h in result.hits]
+
+
+def scoped_rows(result: RetrievalResult, q: QuestionTerms, kind: FactKind) -> dict[int, dict[str, float]]:
+    """For each hit with variants for other callers among the hits: its features as if the caller's
+    facet ruled those variants out (what it would score once the caller says which applies)."""
+    out = {}
+    for i, h in enumerate(result.hits):
+        if h.applies_to and any(variants_for_others(h, o) for o in result.hits):
+            out[i] = hit_features(h, [o for o in result.hits if not variants_for_others(h, o)], q, kind)[0]
+    return out

@@ -233,6 +233,10 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     # The likely answers depend on who the caller is (h, asked early: a question put in general
     # words, "how much notice do you need", fits each facet's page only loosely): ask for it.
     near = [g for g in active[:3] if g.p >= th.facet_floor and g.p >= active[0].p - th.facet_margin]
+    # A page and its variants for other callers hold each other back; once the caller says which
+    # applies, the one left would answer.
+    near += [g for g in active if g not in near and g.p_scoped is not None
+             and g.p_scoped >= max(th.facet_floor, active[0].p - th.facet_margin)]
     if near and (missing := missing_facets(near, facts, cfg)):
         return out(Action.clarify, [Reason.missing_facet], "h_facet", missing_information=missing,
                    evidence=near, evidence_status="partial")

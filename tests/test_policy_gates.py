@@ -7,7 +7,9 @@ import pytest
 from policy.compose import compose
 from policy.config import load_policy_config
 from policy.decision import Action, Reason
+from policy.features import FEATURES
 from policy.gates import TurnFacts, decide
+from policy.scorer import Scorer
 from tests.policy_helpers import TEST_SCORER, hit, result
 
 pytestmark = pytest.mark.unit
@@ -222,6 +224,31 @@ def test_facet_split_clarifies_naming_the_options():
     assert o.action == Action.clarify and o.missing_information == ["customer_type"]
     msg, _ = compose(o, "how long does a refund take", CFG.model_copy(update={"facet_questions": {}}))
     assert "business or personal" in msg and "15" not in msg
+
+
+def test_variants_for_other_callers_that_hold_each_other_back_ask_which_applies():
+    """A scorer that counts standing ahead of the other documents: the personal and the business page
+    say the same in other figures, so neither stands ahead and each looks unlikely to answer. Once the
+    caller says which applies, the one left would answer: ask, do not refuse."""
+    coef = {"unit_max": 12.0, "cov": 8.0, "kind_missing": -3.0, "dense_margin": 10.0}
+    scorer = Scorer(FEATURES, [0.0] * len(FEATURES), [1.0] * len(FEATURES), [coef.get(f, 0.0) for f in FEATURES],
+                    -16.0, {"fitted_on_hash": "test"})
+    kb_facets = {"customer_type": {"personal", "business"}}
+
+    def pages(dense: float):
+        return result(hit("late-fee-personal", "A late payment costs $10.", dense=dense,
+                          applies_to={"customer_type": "personal"}),
+                      hit("late-fee-business", "A late payment costs $25.", dense=dense, rank=2,
+                          applies_to={"customer_type": "business"}))
+
+    o = decide(TurnFacts(question="what does a late payment cost", result=pages(0.6), kb_facets=kb_facets),
+               CFG, scorer)
+    assert max(g.p for g in o.graded) < CFG.thresholds.facet_floor  # alone, neither is likely
+    assert o.action == Action.clarify and o.gate == "h_facet" and o.missing_information == ["customer_type"]
+    # pages that would not answer even with the caller's facet known give no reason to ask
+    o = decide(TurnFacts(question="what does a late payment cost", result=pages(0.2), kb_facets=kb_facets),
+               CFG, scorer)
+    assert o.action == Action.refuse
 
 
 def test_an_unread_clarify_answer_is_asked_again_with_options_then_handed_over():
