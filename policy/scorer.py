@@ -1,6 +1,6 @@
 """The answerability scorer: the probability that a section answers the question, from its evidence
-features (policy/features.py). Small gradient-boosted trees fitted across domains
-(evaluation/train.py), shipped as `answerability.json`; a KB may carry its own next to `_policy.yaml`.
+features (policy/features.py). Small gradient-boosted trees, monotone in each feature, fitted across
+domains (evaluation/train.py), shipped as `answerability.json`; a KB may carry its own next to `_policy.yaml`.
 
 Evaluating it is numpy over the trees' node arrays (policy/forest.py), so a turn never imports
 scikit-learn."""

@@ -154,18 +154,37 @@ def test_an_expected_phrase_is_never_found_inside_a_longer_figure():
 @pytest.mark.unit
 def test_the_fitted_trees_are_exported_exactly():
     import numpy as np
-    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from evaluation.train import MONOTONE
 
     rng = np.random.default_rng(0)
     examples = [_ex(int(u + c > 1.0), {"unit_max": u, "cov": c}) for u, c in rng.random((200, 2))]
     scorer = fit(examples, trees=20)
     x = np.array([[e.row[f] for f in FEATURES] for e in examples])
-    ref = GradientBoostingClassifier(n_estimators=20, max_depth=3, learning_rate=0.05, subsample=0.8,
-                                     min_samples_leaf=10, random_state=0).fit(x, [e.label for e in examples])
+    ref = HistGradientBoostingClassifier(max_iter=20, max_depth=3, learning_rate=0.05, min_samples_leaf=10,
+                                         monotonic_cst=[MONOTONE.get(f, 0) for f in FEATURES], early_stopping=False,
+                                         random_state=0).fit(x, [e.label for e in examples])
     ours = [scorer.probability(e.row) for e in examples[:30]]
     assert np.allclose(ours, ref.predict_proba(x[:30])[:, 1], atol=1e-9)
     with pytest.raises(ValueError, match="both answering"):
         fit([_ex(0), _ex(0)])
+
+
+@pytest.mark.unit
+def test_more_of_the_question_said_never_lowers_the_probability():
+    """Fitted on noisy labels where coverage helps, a section that says more of the question (or
+    stands further ahead) is never scored lower, whatever bumps the sample has."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    rows = [{"unit_max": u, "cov": c, "dense_margin": m} for u, c, m in rng.random((400, 3))]
+    examples = [_ex(int(r["cov"] + 0.5 * rng.random() > 0.8), r) for r in rows]
+    scorer = fit(examples, trees=40)
+    base = {f: 0.0 for f in FEATURES} | {"unit_max": 0.6, "dense_margin": 0.2}
+    for feature in ("cov", "dense_margin", "unit_max"):
+        ps = scorer.probabilities([base | {feature: v} for v in np.linspace(0, 1, 21)])
+        assert all(b >= a - 1e-12 for a, b in zip(ps, ps[1:])), feature
 
 
 @pytest.mark.unit
