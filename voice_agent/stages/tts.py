@@ -86,23 +86,18 @@ class TtsChunk(BaseModel):
 _EOF = object()
 
 
-def _lower_priority(n: int) -> None:  # runs in the child, before exec
-    try:
-        os.nice(n)
-    except OSError:
-        pass
-
-
 class _Worker:
     """One running worker process and the thread that reads its frames into a queue."""
 
     def __init__(self, voice: str, python: str, nice: int = 0, threads: int = 0) -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_ROOT), env.get("PYTHONPATH")) if p)
+        # The worker lowers its own priority: a preexec_fn would make Popen fork() the whole process,
+        # and OpenBLAS's fork handler can deadlock while other threads run (an audio eval hung so).
         self.proc = subprocess.Popen(
-            [python, "-m", "voice_agent.stages.tts_worker", "--voice", voice, "--threads", str(threads)],
+            [python, "-m", "voice_agent.stages.tts_worker", "--voice", voice, "--threads", str(threads),
+             "--nice", str(nice)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=env, cwd=str(_ROOT),
-            preexec_fn=(lambda: _lower_priority(nice)) if nice else None,
         )
         self.frames: queue.Queue = queue.Queue()
         self.ready: dict | None = None

@@ -183,7 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0,
                         help="onnxruntime threads (default 0: one per core). Several workers on few "
                              "cores render faster together with one each")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="lower this worker's CPU priority by N, so speech recognition comes first")
     args = parser.parse_args(argv)
+    if args.nice > 0:
+        try:
+            os.nice(args.nice)
+        except OSError:  # not permitted here: run at normal priority
+            pass
     configure_logging(os.environ.get("TTS_WORKER_LOG", "WARNING"), component="tts_worker")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
