@@ -43,6 +43,9 @@ def test_number_words_and_digits_compare_equal():
     ("When I'm away, which card should I use?", "any"), ("How many lines can I have?", "count"),
     ("Where do I send the form?", "any"), ("What's the phone number for the claims line?", "contact"),
     ("What email address do I send it to?", "contact"), ("How much does it cost to call your number?", "amount"),
+    ("Is there a fee for paper bills?", "amount"), ("Does it cost anything to register?", "amount"),
+    ("What code do I put on the booking to waive the charge?", "any"),
+    ("What should I switch off so I don't rack up roaming charges?", "any"),
 ])
 def test_what_kind_of_fact_a_question_asks_for(question, kind):
     assert fact_kind(question) == kind
