@@ -67,8 +67,11 @@ def facet_vocabulary(cfg: PolicyConfig, kb_facets: dict[str, set[str]]) -> dict[
 
 @lru_cache(maxsize=1024)
 def _phrase(phrase: str) -> re.Pattern[str]:
-    """A facet phrase as a whole word or words ("business", not the "business" in "small-business")."""
-    return re.compile(r"(?<![\w-])" + re.escape(phrase) + r"(?![\w-])")
+    """A facet phrase as a whole word or words ("business", not the "business" in "small-business"),
+    however its words are joined: "part_time", "part time" and "part-time" are one phrase, and so are
+    "offpeak" and "off-peak"."""
+    chars = [re.escape(ch) for ch in phrase if ch not in " _-"]
+    return re.compile(r"(?<![\w-])" + "[ _-]?".join(chars) + r"(?![\w-])")
 
 
 def _next_term(text: str, end: int) -> str | None:
@@ -89,7 +92,7 @@ def facet_idioms(vocab: dict[str, dict[str, list[str]]],
     for scope, text in texts:
         t = normalize_text(text)
         for p, key, value in single:
-            if scope.get(key) == value or p not in t:
+            if scope.get(key) == value:
                 continue
             for m in _phrase(p).finditer(t):
                 if nxt := _next_term(t, m.end()):

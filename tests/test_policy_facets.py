@@ -44,3 +44,16 @@ def test_a_negated_value_of_a_two_valued_key_means_the_other():
 
 def test_clauses_that_point_to_different_values_say_nothing():
     assert reader().read("it's for the company, but at home", prompted=True) == {}
+
+
+@pytest.mark.parametrize("said, value", [("I'm going for the off-peak one", "offpeak"),
+                                         ("I work part-time, how much leave do I get?", "part_time"),
+                                         ("we're on the 12 month contract", "12_month")])
+def test_a_facet_value_is_read_however_its_words_are_joined(said, value):
+    from policy.config import load_policy_config
+    from policy.signals import facet_vocabulary, stated_facets
+
+    kb = {"plan": {"offpeak", "standard"}, "hours": {"part_time", "full_time"}, "term": {"12_month", "24_month"}}
+    vocab = facet_vocabulary(load_policy_config(), kb)
+    assert value in stated_facets(said, vocab).values()
+    assert stated_facets("it's a small-business line, is that standard?", vocab) == {"plan": "standard"}
