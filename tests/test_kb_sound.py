@@ -3,7 +3,7 @@ import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
 from kb.sound import SoundIndex, sound_alikes, sound_key, sound_repairs
-from voice_agent.call.rehear import Hypothesis, accept, as_said, fitted_ask, needs_rehearing
+from voice_agent.call.rehear import Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
 
 pytestmark = pytest.mark.unit
 
@@ -64,6 +64,17 @@ def test_a_sound_alike_answer_is_taken_only_when_its_evidence_uses_the_repaired_
     h = Hypothesis("How much does a SIM cost?", -0.2, "sounds like", decoded=False, repaired_words=("cost",))
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "A replacement SIM costs $10. cost") is not None
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "A replacement SIM is $10.") is None
+
+
+def test_an_answer_from_a_new_hearing_must_stand_on_a_word_it_heard_differently():
+    first = "How much is the U-Loom day pass?"
+    heard = "How much is the new long day pass?"
+    assert new_words(first, heard) == ("new", "long")
+    h = Hypothesis(heard, -0.3, "second decode, beam 2", decoded=True, repaired_words=new_words(first, heard))
+    # the evidence found is the day pass page, which says neither new word: the words it was found by
+    # were heard the first time too, and the first hearing was refused
+    assert accept(h, _answer(), first, -0.3, "The Day Pass costs $5 a day in the EU.") is None
+    assert accept(h, _answer(), first, -0.3, "Our new Long Day Pass costs $8.") is not None
 
 
 def test_a_second_decode_that_fits_the_audio_worse_is_not_taken():

@@ -15,6 +15,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from kb.tokenize import STOPWORDS
 from policy.decision import Action, Decision, Reason
 
 # Refusals for lack of evidence: the ones a misheard word can cause.
@@ -45,6 +46,13 @@ def needs_rehearing(d: Decision) -> bool:
     if d.action == Action.clarify and Reason.asr_low_confidence in d.reasons:
         return True
     return d.action == Action.refuse and bool(set(d.reasons) & EVIDENCE_REFUSALS)
+
+
+def new_words(first: str, heard: str) -> tuple[str, ...]:
+    """The content words a hearing has that the first hearing lacks: what must have found the
+    evidence if the hearing is to be answered from."""
+    had = set(re.findall(r"[a-z]+", first.lower()))
+    return tuple(dict.fromkeys(w for w in re.findall(r"[a-z]+", heard.lower()) if w not in had and w not in STOPWORDS))
 
 
 def words_kept(a: str, b: str) -> float:

@@ -13,10 +13,11 @@ from kb.sound import sound_alikes
 
 from ..stages.turn_end import reads_complete
 from .core import CallCore
-from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing
+from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
+REHEAR_BEAM = 4  # the second decode's beam: its hearings are weighed, best first
 
 
 class Speculation(CallCore):
@@ -131,17 +132,28 @@ class Speculation(CallCore):
         return None
 
     async def _second_decode(self, audio: np.ndarray, text: str, timings: dict[str, float]) -> list[Hypothesis]:
-        """A decode prompted with the KB's terms and how callers ask for a person, and its sound-alikes."""
+        """A decode prompted with the KB's terms and how callers ask for a person: the beam's best
+        hearings (where the model can give them), and the sound-alikes of the first."""
         prompt = self.runtime.repair_prompt(self.role)
         if not prompt:
             return []
-        res = await asyncio.to_thread(self.runtime.rehear_transcriber.transcribe, audio, prompt=prompt, fallback=False)
-        timings["rehear_decode"] = res.elapsed_ms
-        new = res.text.strip()
-        if res.low_confidence or not new or new.lower() == text.strip().lower():
-            return []
-        decoded = Hypothesis(new, res.avg_logprob, "second decode", decoded=True)
-        return [decoded, *self._sound_alikes(new, res.avg_logprob, decoded=True)]
+        asr = self.runtime.rehear_transcriber
+        hearings = getattr(asr, "hearings", None)
+        results = await asyncio.to_thread(hearings, audio, prompt=prompt, n=REHEAR_BEAM) if hearings else \
+            [await asyncio.to_thread(asr.transcribe, audio, prompt=prompt, fallback=False)]
+        timings["rehear_decode"] = results[0].elapsed_ms
+        out: list[Hypothesis] = []
+        seen = {text.strip().lower()}
+        for i, res in enumerate(results):
+            new = res.text.strip()
+            if res.low_confidence or not new or new.lower() in seen:
+                continue
+            seen.add(new.lower())
+            # an answer from a new hearing must stand on a word it heard differently
+            decoded = Hypothesis(new, res.avg_logprob, "second decode" if i == 0 else f"second decode, beam {i + 1}",
+                                 decoded=True, repaired_words=new_words(text, new))
+            out += [decoded, *(self._sound_alikes(new, res.avg_logprob, decoded=True) if i == 0 else [])]
+        return out
 
     async def _fitted_ask(self, audio: np.ndarray, text: str, signal: AsrSignal,
                           timings: dict[str, float]) -> Hypothesis | None:

@@ -25,7 +25,8 @@ from pydantic import BaseModel, Field
 
 from kb.measure import usable_cores
 
-from .asr_fit import SAMPLE_RATE, encode_window, fit_texts
+from .asr_beam import decode_short
+from .asr_fit import SAMPLE_RATE, fit_texts
 
 if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
     from faster_whisper import WhisperModel
@@ -292,7 +293,7 @@ class Transcriber:
             if len(x) < SAMPLE_RATE // 10:
                 res = self._empty(duration)
             elif self.audio_ctx == "auto" and duration + self.ctx_margin_s <= 29.0:
-                res = self._decode_short(m.model, x, prompt)
+                res = self._decode_short(m.model, x, prompt)[0]
                 if fallback and res.text and (looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
                                  or "low_avg_logprob" in res.low_confidence_reasons):
                     res = self._decode_full(m.model, x, prompt)  # the shortcut may be what failed
@@ -308,6 +309,20 @@ class Transcriber:
         with m.slots:
             return fit_texts(m.model, pcm, texts, language=self._language(m.model) or "en", min_ctx_s=self.min_ctx_s,
                              margin_s=self.ctx_margin_s)
+
+    def hearings(self, pcm: np.ndarray, *, prompt: str | None = None, n: int = 4) -> list[AsrResult]:
+        """The beam's `n` best hearings of a turn, best first (one for a turn too long for a short
+        window): second opinions for a turn about to be refused."""
+        t0 = time.perf_counter()
+        x = np.asarray(pcm, dtype=np.float32).reshape(-1)
+        if len(x) < SAMPLE_RATE // 10 or len(x) / SAMPLE_RATE + self.ctx_margin_s > 29.0:
+            return [self.transcribe(x, prompt=prompt, fallback=False)]
+        m = self.loaded
+        with m.slots:
+            out = self._decode_short(m.model, x, prompt or None, n=n)
+        for r in out:
+            r.elapsed_ms, r.duration_s = (time.perf_counter() - t0) * 1000, len(x) / SAMPLE_RATE
+        return out
 
     # -- decoding ------------------------------------------------------------------------
 
@@ -351,33 +366,11 @@ class Transcriber:
             avg, ns = -10.0, 1.0  # faster-whisper drops segments it judged silent
         return self._finish(text, avg, ns, info.language, len(x) / SAMPLE_RATE, segments, 30.0)
 
-    def _decode_short(self, model: WhisperModel, x: np.ndarray, prompt: str | None) -> AsrResult:
-        # heavy: CTranslate2 and faster-whisper, only once a model is decoding
-        from faster_whisper.tokenizer import Tokenizer
-        from faster_whisper.transcribe import get_suppressed_tokens
-
+    def _decode_short(self, model: WhisperModel, x: np.ndarray, prompt: str | None, n: int = 1) -> list[AsrResult]:
+        d = decode_short(model, x, prompt, language=self._language(model), min_ctx_s=self.min_ctx_s,
+                         margin_s=self.ctx_margin_s, n=n)
         duration = len(x) / SAMPLE_RATE
-        enc, _, ctx_s = encode_window(model, x, self.min_ctx_s, self.ctx_margin_s)
-        language = self._language(model)
-        if language is None:
-            language = model.model.detect_language(enc)[0][0][0][2:-2]  # "<|en|>" → "en"
-        tok = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe", language=language)
-        prompt_ids: list[int] = []
-        if prompt:
-            prompt_ids = [tok.sot_prev] + tok.encode(" " + prompt.strip())[: model.max_length // 2 - 1]
-        prompt_ids += list(tok.sot_sequence) + [tok.no_timestamps]
-        r = model.model.generate(
-            enc,
-            [prompt_ids],
-            beam_size=1,
-            max_length=min(model.max_length, len(prompt_ids) + 10 + int(duration * 12)),  # speech is ~4 tokens/s
-            return_scores=True,
-            return_no_speech_prob=True,
-            suppress_blank=True,
-            suppress_tokens=list(get_suppressed_tokens(tok, [-1])),
-        )[0]
-        tokens = [t for t in r.sequences_ids[0] if t < tok.eot]
-        avg = r.scores[0] * len(tokens) / (len(tokens) + 1)  # as faster-whisper recovers it
-        text = tok.decode(tokens).strip()
-        seg = AsrSegment(start=0.0, end=duration, text=text, avg_logprob=avg, no_speech_prob=r.no_speech_prob)
-        return self._finish(text, float(avg), float(r.no_speech_prob), language, duration, [seg] if text else [], ctx_s)
+        return [self._finish(h.text, h.avg_logprob, h.no_speech_prob, d.language, duration,
+                             [AsrSegment(start=0.0, end=duration, text=h.text, avg_logprob=h.avg_logprob,
+                                         no_speech_prob=h.no_speech_prob)] if h.text else [], d.ctx_s)
+                for h in d.hearings]
