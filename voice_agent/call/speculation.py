@@ -11,6 +11,7 @@ from policy.decision import Action, Decision
 from policy.engine import AsrSignal
 from kb.sound import sound_alikes
 
+from ..stages.asr import looks_repetitive
 from ..stages.turn_end import reads_complete
 from .core import CallCore
 from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
@@ -146,7 +147,7 @@ class Speculation(CallCore):
         seen = {text.strip().lower()}
         for i, res in enumerate(results):
             new = res.text.strip()
-            if res.low_confidence or not new or new.lower() in seen:
+            if res.low_confidence or not new or new.lower() in seen or looks_repetitive(new):  # the prompt looping
                 continue
             seen.add(new.lower())
             # an answer from a new hearing must stand on a word it heard differently
