@@ -48,11 +48,15 @@ def needs_rehearing(d: Decision) -> bool:
     return d.action == Action.refuse and bool(set(d.reasons) & EVIDENCE_REFUSALS)
 
 
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z]+", text.lower())
+
+
 def new_words(first: str, heard: str) -> tuple[str, ...]:
     """The content words a hearing has that the first hearing lacks: what must have found the
     evidence if the hearing is to be answered from."""
-    had = set(re.findall(r"[a-z]+", first.lower()))
-    return tuple(dict.fromkeys(w for w in re.findall(r"[a-z]+", heard.lower()) if w not in had and w not in STOPWORDS))
+    had = set(_words(first))
+    return tuple(dict.fromkeys(w for w in _words(heard) if w not in had and w not in STOPWORDS))
 
 
 def words_kept(a: str, b: str) -> float:
@@ -68,7 +72,7 @@ def _fits_audio(h: Hypothesis, first_logprob: float | None, drop: float = MAX_LO
 
 
 def _in_evidence(words: tuple[str, ...], cited_text: str) -> bool:
-    have = set(re.findall(r"[a-z]+", cited_text.lower()))
+    have = set(_words(cited_text))
     return any(w.lower() in have for w in words)
 
 
