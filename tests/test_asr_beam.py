@@ -42,3 +42,9 @@ def test_hearings_are_distinct_word_sequences_and_one_is_greedy(asr):
     words = [" ".join(w.strip(".,?!") for w in h.text.lower().split()) for h in hearings]
     assert 1 <= len(hearings) <= 4 and len(set(words)) == len(words)
     assert asr.hearings(x, n=1)[0].text == asr.transcribe(x, fallback=False).text
+
+
+def test_a_full_window_transcriber_keeps_one_hearing():
+    full = Transcriber("tiny.en", audio_ctx="full")
+    hearings = full.hearings(_pcm("as01.wav"), n=4)
+    assert len(hearings) == 1 and hearings[0].audio_ctx_s == 30.0

@@ -311,12 +311,12 @@ class Transcriber:
                              margin_s=self.ctx_margin_s)
 
     def hearings(self, pcm: np.ndarray, *, prompt: str | None = None, n: int = 4) -> list[AsrResult]:
-        """The beam's `n` best hearings of a turn, best first (one for a turn too long for a short
-        window): second opinions for a turn about to be refused."""
+        """The beam's `n` best hearings of a turn, best first (one where the short window does not
+        serve: a long turn, or `audio_ctx="full"`): second opinions for a turn about to be refused."""
         t0 = time.perf_counter()
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
-        if len(x) < SAMPLE_RATE // 10 or len(x) / SAMPLE_RATE + self.ctx_margin_s > 29.0:
-            return [self.transcribe(x, prompt=prompt, fallback=False)]
+        if self.audio_ctx != "auto" or len(x) < SAMPLE_RATE // 10 or len(x) / SAMPLE_RATE + self.ctx_margin_s > 29.0:
+            return [self.transcribe(x, prompt=prompt, fallback=False)]  # the full window keeps one hearing
         m = self.loaded
         with m.slots:
             out = self._decode_short(m.model, x, prompt or None, n=n)
