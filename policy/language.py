@@ -18,8 +18,10 @@ _KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
                             r"longer|warning))\b")),
     # the figure is what is asked ("what's the fee", "is there a charge"), not a charge the question
     # only mentions ("what code do I put on to waive the charge")
-    ("amount", re.compile(r"\bhow much\b|\bwhat(s|'s| is| are| will| would| does| do)?( [a-z']+){0,4} (cost|price|fee|charge|rate)s?\b"
-                          r"|\b(cost|charge)s? (me |us )?(anything|extra|more)\b|\b(does|do|will|would|is) (it|that|this|they|you) (cost|charge)\b"
+    ("amount", re.compile(r"\bhow much\b"
+                          r"|\bwhat(s|'s| is| are| will| would| does| do)?( [a-z']+){0,4} (cost|price|fee|charge|rate)s?\b"
+                          r"|\b(cost|charge)s? (me |us )?(anything|extra|more)\b"
+                          r"|\b(does|do|will|would|is) (it|that|this|they|you) (cost|charge)\b"
                           r"|\b(is|are) there (a |an |any )?([a-z-]+ )?(cost|price|fee|charge)s?\b")),
     # "when does it arrive", not "when I'm away, which should I choose"
     ("when", re.compile(r"(^|[,;] )when\b(?! (i|i'm|we|we're|you|you're|it's|my|the)\b)|\bwhen (is|are|was|will|would|do|does"
