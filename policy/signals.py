@@ -70,8 +70,12 @@ def _phrase(phrase: str) -> re.Pattern[str]:
     """A facet phrase as a whole word or words ("business", not the "business" in "small-business"),
     however its words are joined: "part_time", "part time" and "part-time" are one phrase, and so are
     "offpeak" and "off-peak"."""
-    chars = [re.escape(ch) for ch in phrase if ch not in " _-"]
-    return re.compile(r"(?<![\w-])" + "[ _-]?".join(chars) + r"(?![\w-])")
+    return re.compile(r"(?<![\w-])" + "[ _-]?".join(re.escape(ch) for ch in _unjoined(phrase)) + r"(?![\w-])")
+
+
+def _unjoined(text: str) -> str:
+    """`text` without the spaces, hyphens and underscores a phrase's words may be joined by."""
+    return text.replace(" ", "").replace("_", "").replace("-", "")
 
 
 def _next_term(text: str, end: int) -> str | None:
@@ -91,8 +95,9 @@ def facet_idioms(vocab: dict[str, dict[str, list[str]]],
     idioms: dict[str, set[str]] = {}
     for scope, text in texts:
         t = normalize_text(text)
+        bare = _unjoined(t)  # a phrase the text does not hold, however joined, needs no search
         for p, key, value in single:
-            if scope.get(key) == value:
+            if scope.get(key) == value or _unjoined(p) not in bare:
                 continue
             for m in _phrase(p).finditer(t):
                 if nxt := _next_term(t, m.end()):
