@@ -12,6 +12,7 @@ from policy.engine import AsrSignal
 from kb.sound import sound_alikes
 
 from ..stages.asr import looks_repetitive
+from ..stages.asr_beam import said_words
 from ..stages.turn_end import reads_complete
 from .core import CallCore
 from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
@@ -144,12 +145,12 @@ class Speculation(CallCore):
             [await asyncio.to_thread(asr.transcribe, audio, prompt=prompt, fallback=False)]
         timings["rehear_decode"] = results[0].elapsed_ms
         out: list[Hypothesis] = []
-        seen = {text.strip().lower()}
+        seen = {said_words(text)}  # punctuation never decides a turn: a hearing that differs only so is no news
         for i, res in enumerate(results):
             new = res.text.strip()
-            if res.low_confidence or not new or new.lower() in seen or looks_repetitive(new):  # the prompt looping
+            if res.low_confidence or not new or said_words(new) in seen or looks_repetitive(new):  # the prompt looping
                 continue
-            seen.add(new.lower())
+            seen.add(said_words(new))
             # an answer from a new hearing must stand on a word it heard differently
             decoded = Hypothesis(new, res.avg_logprob, "second decode" if i == 0 else f"second decode, beam {i + 1}",
                                  decoded=True, repaired_words=new_words(text, new))

@@ -34,6 +34,11 @@ class ShortDecode:
     ctx_s: float  # seconds of audio the encoder saw
 
 
+def said_words(text: str) -> str:
+    """A hearing's words without case or punctuation: "how do I..." is "How do I...?"."""
+    return " ".join(re.findall(r"[\w']+", text.lower()))
+
+
 def decode_short(model: WhisperModel, x: np.ndarray, prompt: str | None, *, language: str | None,
                  min_ctx_s: float, margin_s: float, n: int = 1) -> ShortDecode:
     """The `n` best hearings of `x` (greedy when `n` is 1), best first; one per sequence of words
@@ -67,7 +72,7 @@ def decode_short(model: WhisperModel, x: np.ndarray, prompt: str | None, *, lang
     for ids, score in zip(r.sequences_ids, r.scores):
         tokens = [t for t in ids if t < tok.eot]
         text = tok.decode(tokens).strip()
-        words = " ".join(re.findall(r"[\w']+", text.lower()))  # "how do I..." is "How do I...?"
+        words = said_words(text)
         if hearings and (not words or words in said):
             continue
         said.add(words)
