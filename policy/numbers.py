@@ -33,7 +33,7 @@ _QUANTITY = re.compile(
     r"(?P<cur>[$€£])\s?(?P<amt>" + _NUM + r")"
     r"|(?P<num>" + _NUM + r")(?:\s?(?:to|-|–|or)\s?(?P<num2>" + _NUM + r"))?\s?(?P<unit>%|percent|gb|mb|tb|mbps|gbps|kwh|usd|eur|gbp|dollars?|cents?|euros?|"
     r"pounds?|pence|p(?=\W|$)|(?:business |working |calendar |banking )?"
-    r"(?:seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?))\b",
+    r"(?:seconds?|minutes?|mins?|hours?|hrs?|days?|weeks?|months?|years?))(?:(?<=%)|\b)",  # "%" has no word edge
     re.IGNORECASE,
 )
 _DATE = re.compile(r"\b(19|20)\d\d-\d\d(?:-\d\d)?\b")

@@ -23,6 +23,10 @@ pytestmark = pytest.mark.unit
     ("open until 5pm", [Quantity("17:00", "clock")]),
     ("no one told me", []),
     ("effective 2026-02-01", [Quantity("2026-02-01", "date")]),
+    # "%" ends a figure with no word edge after it, before a space or at the end of a sentence
+    ("a 3% fee on each payment", [Quantity("3", "percent")]),
+    ("at least 30%.", [Quantity("30", "percent")]),
+    ("10 percent", [Quantity("10", "percent")]),
 ])
 def test_one_reader_of_numbers(text, expected):
     got = quantities(text)
