@@ -81,8 +81,10 @@ def unit_fit(g: GradedHit, kind: FactKind, i: int) -> float:
 
 
 def best_unit_order(g: GradedHit, kind: FactKind) -> list[int]:
-    """The section's units, best fitting first (ties in their own order)."""
-    return sorted(range(len(g.hit.units)), key=lambda i: -unit_fit(g, kind, i))
+    """The section's units, best fitting first (ties in their own order). A sentence that states the
+    asked kind of fact comes before any that cannot answer it ("how long until you reply": the one
+    with a time in it)."""
+    return sorted(range(len(g.hit.units)), key=lambda i: (not holds_kind(kind, g.hit.units[i]), -unit_fit(g, kind, i)))
 
 
 def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60) -> list[str]:
@@ -102,7 +104,9 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60
         if scores[i] >= scores[ranked[0]] - 0.08 and words + len(units[i].split()) <= max_words:
             chosen.append(i)
             words += len(units[i].split())
-    return [units[i] for i in sorted(chosen)]
+    # a bare "Yes." or "Not usually." says nothing alone: the sentence after it says what
+    chosen += [i + 1 for i in chosen if i + 1 < len(units) and not content_terms(units[i])]
+    return [units[i] for i in sorted(set(chosen))]
 
 
 def document_p(graded: list[GradedHit], doc_id: str) -> float:
@@ -117,8 +121,10 @@ def document_p(graded: list[GradedHit], doc_id: str) -> float:
 
 
 def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, float] | None:
-    """The document most likely to answer, and in it the section holding the sentence to speak
-    (the closest sentence in meaning that says the question's words and the asked kind of fact).
+    """The document most likely to answer, and in it the section to speak: its probability of
+    answering and the fit of its best sentence (close in meaning, saying the question's words and
+    the asked kind of fact) both count, so neither a well-phrased sentence in an off-topic section
+    ("What is Plus" for "how much is Plus") nor a likely section's weak sentence wins alone.
     Returns (section, the document's probability)."""
     if not graded:
         return None
@@ -133,5 +139,5 @@ def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, flo
     likeliest = max(sections, key=lambda g: g.p)
     if likeliest.vouched_by:  # it answers as the old version did: speak it, not a neighbour that reads well
         return likeliest, document_p(graded, doc)
-    best = max(sections, key=lambda g: (round(sentence_fit(g), 3), g.p))
+    best = max(sections, key=lambda g: (g.p + sentence_fit(g), g.p))
     return best, document_p(graded, doc)

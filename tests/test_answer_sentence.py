@@ -1,0 +1,35 @@
+"""Which section of the answering document is spoken, and which of its sentences."""
+from __future__ import annotations
+
+import pytest
+
+from policy.evidence import GradedHit, best_answer, best_unit_order, best_units
+from tests.policy_helpers import hit
+
+pytestmark = pytest.mark.unit
+
+
+def graded(doc: str, section: str, text: str, p: float, closeness: list[float]) -> GradedHit:
+    h = hit(doc, text, section=section)
+    h.unit_scores = closeness
+    return GradedHit(h, p, unit_words=[0.0] * len(closeness))
+
+
+def test_a_sentence_stating_the_asked_kind_of_fact_comes_first():
+    g = graded("complaints", "next", "We can't tell you what action we take. We'll reply within 5 working days.",
+               0.6, [0.70, 0.38])
+    assert best_unit_order(g, "duration") == [1, 0]
+    assert best_unit_order(g, "any") == [0, 1]  # any sentence answers a question of no particular kind
+
+
+def test_the_likely_section_is_spoken_over_a_well_phrased_one_that_does_not_answer():
+    about = graded("plus", "what-is-plus", "Plus is our paid membership for people who shop often.", 0.02, [0.65])
+    price = graded("plus", "how-much", "£49 a year, paid upfront.", 0.84, [0.48])
+    chosen = best_answer([price, about], "amount")
+    assert chosen is not None and chosen[0] is price
+
+
+def test_a_bare_yes_is_spoken_with_the_sentence_that_says_what():
+    g = graded("faq", "cancel", "Yes. Bookings can be cancelled free of charge up to 48 hours before pick-up. "
+               "Later, we keep one day's charge.", 0.8, [0.70, 0.58, 0.40])
+    assert best_units(g, "any") == ["Yes.", "Bookings can be cancelled free of charge up to 48 hours before pick-up."]
