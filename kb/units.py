@@ -24,6 +24,16 @@ def split_sentences(line: str) -> list[str]:
     return [s.strip() for s in _SENT_SPLIT.split(line) if s.strip()]
 
 
+_LABEL = re.compile(r"^\W*([^:;,.!?]{1,30}?)\W*:\s")
+
+
+def unit_label(unit: str) -> str | None:
+    """The label a unit opens with: a table row's first cell ("B" in "B: Annual charge £1,709.81.")
+    or a labelled line ("Where: in the Quayside Kitchen")."""
+    m = _LABEL.match(unit)
+    return m.group(1).strip() if m and m.group(1).strip() else None
+
+
 def _cells(line: str) -> list[str]:
     return [c.strip().strip("*").strip() for c in line.strip().strip("|").split("|")]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kb.models import EffectiveStatus, Hit, RetrievalResult
-from kb.tokenize import content_terms
+from kb.tokenize import content_terms, tokenize
+from kb.units import unit_label
 
 from .features import QuestionTerms, feature_rows, scoped_rows
 from .language import FactKind, holds_kind
@@ -57,16 +58,22 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     ps = [_lexical_only_p(r) for r in features] if result.lexical_only else scorer.probabilities(features)
     scoped = {} if result.lexical_only else scoped_rows(result, q, kind)
     p_scoped = dict(zip(scoped, scorer.probabilities(list(scoped.values()))))
+    asked = set(tokenize(result.query))
     graded = []
     for i, (hit, (row, missing), p) in enumerate(zip(result.hits, rows, ps)):
         words = [q.surface.get(t, t) for t in missing]  # in the caller's words, never as stems
-        graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q) for u in hit.units],
+        graded.append(GradedHit(hit, p, row, words, [], [unit_share(u, q, asked) for u in hit.units],
                                 p_scoped=p_scoped.get(i)))
     graded.sort(key=lambda g: -g.p)
     return graded
 
 
-def unit_share(unit: str, q: QuestionTerms) -> float:
+def unit_share(unit: str, q: QuestionTerms, asked: set[str] = frozenset()) -> float:  # type: ignore[assignment]
+    """The weighted share of the question's words a unit says; all of it when the unit is labelled
+    with words the caller said (the row "B: ..." for "band B", the line "Where: ..." for "where")."""
+    label = unit_label(unit)
+    if label and set(tokenize(label)) <= asked:
+        return 1.0
     total = sum(q.weights.values())
     said = set(content_terms(unit))
     return sum(w for t, w in q.weights.items() if t in said) / total if total else 0.0
@@ -100,7 +107,10 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = 2, max_words: int = 60
     ranked = best_unit_order(g, kind)
     chosen = [ranked[0]]
     words = len(units[ranked[0]].split())
+    rows = unit_label(units[ranked[0]]) is not None  # other rows of a table answer for other rows' keys
     for i in ranked[1:limit]:
+        if rows and unit_label(units[i]) is not None:
+            continue
         if scores[i] >= scores[ranked[0]] - 0.08 and words + len(units[i].split()) <= max_words:
             chosen.append(i)
             words += len(units[i].split())

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from policy.evidence import GradedHit, best_answer, best_unit_order, best_units
+from kb.tokenize import tokenize
+from kb.units import unit_label
+from policy.evidence import GradedHit, best_answer, best_unit_order, best_units, unit_share
+from policy.features import QuestionTerms
 from tests.policy_helpers import hit
 
 pytestmark = pytest.mark.unit
@@ -33,3 +36,18 @@ def test_a_bare_yes_is_spoken_with_the_sentence_that_says_what():
     g = graded("faq", "cancel", "Yes. Bookings can be cancelled free of charge up to 48 hours before pick-up. "
                "Later, we keep one day's charge.", 0.8, [0.70, 0.58, 0.40])
     assert best_units(g, "any") == ["Yes.", "Bookings can be cancelled free of charge up to 48 hours before pick-up."]
+
+
+def test_a_unit_labelled_with_the_callers_words_says_the_question():
+    q = QuestionTerms(weights={"annual": 1.0, "charg": 1.0, "band": 1.0}, surface={})
+    asked = set(tokenize("What's the annual charge for band B?"))
+    assert unit_share("B: Annual charge £1,709.81.", q, asked) == 1.0
+    assert unit_share("A: Annual charge £1,465.55.", q, asked) < 1.0  # says the words, not the row asked for
+    assert unit_label("Where: in the Quayside Kitchen.") == "Where" and unit_label("We close at 5pm.") is None
+
+
+def test_the_row_asked_for_is_spoken_without_its_neighbours():
+    g = graded("tax", "bands", "| Band | Annual charge |\n|---|---|\n| A | £1,465.55 |\n| B | £1,709.81 |", 0.8,
+               [0.58, 0.57])
+    g.unit_words = [0.0, 1.0]  # the caller said "band B"
+    assert best_units(g, "amount") == ["B: Annual charge £1,709.81."]
