@@ -120,7 +120,7 @@ _CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|(?:^|\s)(
 # Where a piece of a turn ends: punctuation before a space, kept with the piece. A question's own "and"
 # ("shut the door and stop boarding") stays inside it.
 _SENTENCE_BREAK = re.compile(r"(?<=[,.;!?])\s+")
-_NEGATION = re.compile(r"\b(?:not|never|no|dont)\b|n't\b")
+_NEGATION = re.compile(r"\b(?:not|never|no|nothing|dont)\b|n't\b")
 # A question word inside a clause opens the question it asks ("... my membership when does it start"):
 # ASR may write no comma before it, so the asking clause is found without one.
 _WH_INSIDE = re.compile(r"\s(?=(?:how|what|what's|whats|when|where|why|which|who|whose)\b)")
