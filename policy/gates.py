@@ -213,6 +213,14 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     if risky:
         return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),
                    evidence=risky[:3], risk_level=_risk_of(risky), evidence_status="partial")
+    # A caller in distress (hurt, threatened, frightened; read by meaning) goes to a person, whatever
+    # the KB says: to the team of the closest high-risk page among the hits, else the default queue.
+    if "distress" in facts.intents:
+        signals["distress"] = round(facts.intents["distress"], 3)
+        high = sorted((g for g in active if _high(g)), key=lambda g: -g.topic)[:3]
+        return out(Action.transfer, [Reason.high_risk_topic], "c_distress", team=_team(high, cfg), evidence=high,
+                   risk_level=max(_risk_of(high), "high", key=lambda r: RISK_ORDER[r]),
+                   evidence_status="partial" if high else "missing")
     return None
 
 
