@@ -2,6 +2,7 @@
 calibrated scorer over general evidence features), and what of the question it leaves unsaid."""
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from kb.models import EffectiveStatus, Hit, RetrievalResult
@@ -68,7 +69,7 @@ def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[Grade
     return graded
 
 
-def unit_share(unit: str, q: QuestionTerms, asked: set[str] = frozenset()) -> float:  # type: ignore[assignment]
+def unit_share(unit: str, q: QuestionTerms, asked: AbstractSet[str] = frozenset()) -> float:
     """The weighted share of the question's words a unit says; all of it when the unit is labelled
     with words the caller said (the row "B: ..." for "band B", the line "Where: ..." for "where")."""
     label = unit_label(unit)

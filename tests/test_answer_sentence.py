@@ -52,12 +52,3 @@ def test_the_row_asked_for_is_spoken_without_its_neighbours():
     g.unit_words = [0.0, 1.0]  # the caller said "band B"
     assert best_units(g, "amount") == ["B: Annual charge £1,709.81."]
 
-
-@pytest.mark.slow
-def test_a_caller_in_distress_goes_to_a_person(tmp_path):
-    from policy.engine import Engine
-
-    eng = Engine.load("fixtures/kb", state_dir=tmp_path)
-    d = eng.session().turn("A man outside keeps shouting that he'll hurt me, I'm really frightened.").decision
-    assert d.action.value == "transfer"
-    assert eng.session().turn("How do I set up voicemail?").decision.action.value != "transfer"

@@ -276,3 +276,9 @@ def test_warmup_loads_the_first_turn_s_lazy_parts_and_records_nothing(tmp_path):
     e.warmup()
     assert e._intent_memo or not e.config.intents  # the intent examples are embedded
     assert not [p for p in state.rglob("*") if p.is_file()]  # no audit line, no handoff
+
+
+def test_a_caller_in_distress_goes_to_a_person(engine):
+    said = "A man outside keeps shouting that he'll hurt me, I'm really frightened."
+    assert engine.session().turn(said).decision.action.value == "transfer"
+    assert engine.session().turn("How do I set up voicemail?").decision.action.value != "transfer"
