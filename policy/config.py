@@ -22,6 +22,7 @@ class Thresholds(BaseModel):
     conflict_p: float = 0.5  # sections at least this likely to answer are compared for conflicting figures
     facet_margin: float = 0.3  # likely answers within this of the best decide whether a facet matters
     facet_floor: float = 0.35  # ... if at least this likely
+    clarified_p: float = 0.5  # a page our clarify was asked for answers, once the caller has said which applies
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
     risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
     threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer

@@ -45,6 +45,7 @@ class TurnFacts:
     small_talk: str | None = None  # the turn is only a greeting, thanks or goodbye (signals.small_talk)
     facet_retry: int = 0  # times the caller's answer to our clarify could not be read: ask once more, then hand over
     pending_facets: list[str] = field(default_factory=list)  # what that clarify asked for
+    pending_evidence: list[str] = field(default_factory=list)  # the sections it was asked for (locators)
     intents: dict[str, float] = field(default_factory=dict)  # intents by meaning (policy/intents.py)
     unit_similarity: Similarity | None = None  # cosine of two sections' units (kb/units.py), for conflicts
     # the team of what the conversation has been about (the latest question's evidence): where a
@@ -224,6 +225,16 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     return None
 
 
+def _clarified(best: GradedHit, facts: TurnFacts, floor: float) -> bool:
+    """The caller has just told us what our clarify asked, and the best section is one the clarify was
+    asked for and the page for what they said. We asked because it was likely to answer once the
+    caller said which applies (h); refusing it now, when it is more likely than not to answer
+    (`floor`), would make our question needless."""
+    keys = facts.pending_facets
+    return bool(keys) and best.p >= floor and best.hit.locator in facts.pending_evidence and all(
+        k in facts.caller_facets and best.hit.applies_to.get(k) == facts.caller_facets[k] for k in keys)
+
+
 def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, scorer: Scorer,
                     answer_p: float, signals: dict[str, object], out) -> GateOutcome:  # noqa: ANN001
     """`answer_p`: the answer threshold the costs give (answer when a section's calibrated
@@ -271,7 +282,9 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     # i. Something is about the question but no section answers it: say what is missing.
     confidence = scorer.answer_probability(doc_p)
     signals["answer_probability"] = round(confidence, 3)
-    if confidence < answer_p:
+    if confidence < answer_p and _clarified(best, facts, th.clarified_p):
+        signals["clarified"] = {k: facts.caller_facets[k] for k in facts.pending_facets}
+    elif confidence < answer_p:
         signals["missing_terms"] = best.missing
         return out(Action.refuse, [Reason.required_fact_not_covered, Reason.partial_evidence], "i_not_covered",
                    evidence=[best], missing_information=best.missing[:3] or [str(signals["fact_kind"])],

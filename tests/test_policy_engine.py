@@ -49,6 +49,20 @@ def test_clarify_then_answer_continues_the_pending_question(engine):
     assert s.facets == {"customer_type": "personal"}
 
 
+def test_the_page_a_clarify_was_asked_for_answers_once_the_caller_says_which_applies(engine):
+    # "how do I check my data" fits each plan's page only loosely (below the answer threshold): we
+    # asked which plan because such a page was likely to answer; told "pay as you go", it answers
+    s = engine.session()
+    first = s.turn("How do I check how much data I've got left?").decision
+    assert first.action == Action.clarify and first.missing_information == ["plan_type"]
+    assert "data-topup-prepaid#checking-your-balance" in s.snapshot().pending_evidence
+    second = s.turn("I'm on pay as you go.").decision
+    assert second.action == Action.answer and second.citations[0].doc_id == "data-topup-prepaid"
+    assert s.snapshot().pending_evidence == []
+    # a page the clarify did not name gets no such benefit: a new question starts from nothing
+    assert s.turn("Do you deliver pizza?").decision.action == Action.refuse
+
+
 def test_a_request_for_a_person_after_an_unread_clarify_answer_transfers(engine):
     """The caller's reply to our clarify could not be read, so we asked again; a request for a
     person next is a request for a person, not another unread reply."""
