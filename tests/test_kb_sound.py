@@ -96,6 +96,18 @@ def test_a_different_sentence_is_a_different_hearing():
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "store") is None
 
 
+def test_a_stronger_models_own_hearing_may_differ_in_every_word_but_must_not_be_refused():
+    first = "Hope you and your friends met Rachan number one."
+    heard = "How soon does my refund reach my card?"
+    h = Hypothesis(heard, -0.9, "second model", decoded=True, repaired_words=new_words(first, heard), independent=True)
+    # another model's log-probability and wording are no measure against the first hearing's
+    assert accept(h, _answer(), first, -0.2, "Your refund reaches your card in 3 days.") is not None
+    assert accept(h, _answer(), first, -0.2, "A replacement SIM is $10.") is None  # found by no new word
+    assert accept(h, _refusal(), first, -0.2, "") is None
+    transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
+    assert accept(h, transfer, first, -0.2, "") == "second model: human_requested instead of refuse"
+
+
 def test_sound_alikes_repair_one_word_each_and_keep_its_capital():
     alikes = sound_alikes("Ruger says the plant will cast more", SoundIndex(KB_WORDS))
     assert [(text, r.meant) for text, r in alikes] == [

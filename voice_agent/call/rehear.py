@@ -39,6 +39,9 @@ class Hypothesis:
     how: str  # "second decode" or the sound-alike repairs made
     decoded: bool  # a decode of its own (else: the first hearing's words, some replaced)
     repaired_words: tuple[str, ...] = ()
+    # An unprompted decode by a stronger model: a hearing of its own, not a repair of the first, so
+    # it may differ from it in every word and its log-probability is on another model's scale.
+    independent: bool = False
 
 
 def needs_rehearing(d: Decision) -> bool:
@@ -78,6 +81,8 @@ def _in_evidence(words: tuple[str, ...], cited_text: str) -> bool:
 
 def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, cited_text: str) -> str | None:
     """Why `h` (previewed as `d`) replaces the first hearing, or None to keep the first hearing."""
+    if h.independent:
+        return _accept_independent(h, d, cited_text)
     if not _fits_audio(h, first_logprob):
         return None
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
@@ -88,6 +93,16 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
         return None  # the evidence found does not use the repaired word: the repair did not find it
     return f"{h.how}: {d.action.value} instead of refuse"
+
+
+def _accept_independent(h: Hypothesis, d: Decision, cited_text: str) -> str | None:
+    """A stronger model's own hearing (already not a doubtful one) replaces a refused first hearing
+    when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
+    if d.action == Action.refuse:
+        return None
+    if d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
+        return None
+    return f"{h.how}: {(d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value)} instead of refuse"
 
 
 def as_said(phrase: str) -> str:

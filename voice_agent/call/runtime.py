@@ -24,7 +24,7 @@ from .session import CallSession
 # passed 0.667 of cases against 0.658, but 2 of the turns it changed were answered where they should
 # not have been (0 with tiny.en), and it adds ~180 ms and ~170 MB to the refusal path (bench voice
 # refusal p95 1401 against 1330 ms). `bench voice --rehear-model base` measures it again.
-REHEAR_MODEL: str | None = None
+REHEAR_MODEL: str | None = "base"
 
 
 def _rehear_transcriber(model: str | None, first: str) -> WhisperTranscriber | None:
