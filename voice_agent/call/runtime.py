@@ -19,11 +19,10 @@ from .rehear import as_said
 from .session import CallSession
 
 
-# The second decode's model (None: the call's own). Measured on the 360 recordings of 15 domains:
-# whisper base hears better (WER 0.19 against tiny.en's 0.21 on 120 of them) and the voice path
-# passed 0.667 of cases against 0.658, but 2 of the turns it changed were answered where they should
-# not have been (0 with tiny.en), and it adds ~180 ms and ~170 MB to the refusal path (bench voice
-# refusal p95 1401 against 1330 ms). `bench voice --rehear-model base` measures it again.
+# The model that hears a turn afresh before it is refused (None: only the call's own model's
+# prompted second decode). On the 19 domains' 456 recordings whisper base took the voice path from
+# 0.662 to 0.671 of cases; on the turns tiny.en mishears badly it mishears half as many words. It
+# adds ~110 ms (p50) to hearing again and ~170 MB. `bench voice --rehear-model tiny.en` measures without it.
 REHEAR_MODEL: str | None = "base"
 
 
