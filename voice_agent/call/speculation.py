@@ -131,8 +131,8 @@ class Speculation(CallCore):
         decodes = asyncio.ensure_future(self._second_decode(audio, text, timings))
         decodes.add_done_callback(lambda t: t.cancelled() or t.exception())  # an unused one's error is not news
         try:
-            if (h := await self._second_model(audio, text, timings)) is not None:
-                if (found := await self._try_hypothesis(h, text, signal)) is not None:
+            if (fresh := await self._second_model(audio, text, timings)) is not None:
+                if (found := await self._try_hypothesis(fresh, text, signal)) is not None:
                     return found
             for h in await decodes:
                 if (found := await self._try_hypothesis(h, text, signal)) is not None:
