@@ -164,7 +164,7 @@ async def _one(runtime: VoiceRuntime, pcm: np.ndarray, ends: list[float], config
         row = {"total": total, "endpoint": total - t.get("turn_end_to_first_audio", float("nan"))}
         for s in ("asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "asr_rtf", "asr_speculative",
                   "speculative_reply", "speculative_reply_lead", "early_end", "rehear", "rehear_decode",
-                  "rehear_fit"):
+                  "rehear_fit", "rehear_model"):
             if s in t:
                 row[s] = t[s]
         rows.append(row)
