@@ -50,6 +50,7 @@ class VoiceRuntime:
         self.clock: Clock = clock or MonotonicClock()
         self.asr_model = asr_model
         self._prompts: dict[str, str | None] = {}
+        self._warming: threading.Thread | None = None
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, asr_model: str = "tiny.en", state_dir: str | Path = "var",
@@ -64,13 +65,17 @@ class VoiceRuntime:
             client = TtsClient()
             threading.Thread(target=_start_quietly, args=(client,), daemon=True).start()  # loads in parallel
         rehear = _rehear_transcriber(rehear_model, asr_model)
+        warming = None
         if rehear is not None:  # warms beside the first model; a refusal before it is ready waits for it
-            threading.Thread(target=rehear.warmup, daemon=True).start()
+            warming = threading.Thread(target=rehear.warmup, daemon=True)
+            warming.start()
         transcriber.warmup()
         engine.warmup()  # the first caller's first turn pays no lazy loads (~0.8 s on 2 cores)
         if client is not None:
             client.start()
-        return cls(engine, transcriber, client, asr_model, rehear_transcriber=rehear)
+        runtime = cls(engine, transcriber, client, asr_model, rehear_transcriber=rehear)
+        runtime._warming = warming
+        return runtime
 
     def vocabulary(self, role: str) -> list[str]:
         return self.engine.vocabulary(role)  # cached per role by the engine
@@ -100,6 +105,8 @@ class VoiceRuntime:
                            state=state, on_turn=on_turn)
 
     def close(self) -> None:
+        if self._warming is not None:  # exiting mid-decode aborts the process inside CTranslate2
+            self._warming.join()
         if self.tts is not None:
             self.tts.close()
         self.engine.store.shutdown()  # a database store's connections
