@@ -114,10 +114,11 @@ class FakeEngine:
 
 class FakeAsr:
     def __init__(self, text="how do I reset my rooter", low=False):
-        self.text, self.low, self.calls = text, low, []
+        self.text, self.low, self.calls, self.fallbacks = text, low, [], []
 
-    def transcribe(self, pcm, prompt=None):
+    def transcribe(self, pcm, prompt=None, fallback="doubtful"):
         self.calls.append(len(pcm))
+        self.fallbacks.append(fallback)
         return AsrResult(text=self.text, avg_logprob=-0.2, no_speech_prob=0.01, compression_ratio=1.0,
                          duration_s=len(pcm) / SR, elapsed_ms=5.0, language="en", low_confidence=self.low)
 
@@ -143,11 +144,12 @@ class FakeTts:
         pass
 
 
-def make(session=None, asr=None, tts=None, clock=None, **cfg) -> tuple[CallSession, FakeSession, FakeAsr, FakeTts]:
+def make(session=None, asr=None, tts=None, clock=None, rehear=None,
+         **cfg) -> tuple[CallSession, FakeSession, FakeAsr, FakeTts]:
     session = session or FakeSession()
     asr = asr or FakeAsr()
     tts = tts if tts is not None else FakeTts()
-    rt = VoiceRuntime(FakeEngine(session), asr, tts, clock=clock)
+    rt = VoiceRuntime(FakeEngine(session), asr, tts, clock=clock, rehear_transcriber=rehear)
     return rt.new_call(config=CallConfig(**cfg)), session, asr, tts
 
 
@@ -295,6 +297,17 @@ def test_audio_turn_at_8k_goes_through_vad_asr_normalize(question_16k):
     assert session.turns[0][1].low_confidence is False
     # One transcription: the speculative one at the pause was reused for the turn.
     assert len(asr.calls) == 1 and abs(asr.calls[0] / SR - len(question_16k) / SR) < 0.8
+
+
+@pytest.mark.audio
+def test_the_full_window_redo_is_left_to_a_stronger_second_model_when_one_is_loaded(question_16k):
+    """tiny.en redoes a doubtful short-window hearing over the full 30 s window (~0.6 s); with base
+    loaded for turns about to be refused, the first hearing redoes only one that loops."""
+    x = np.concatenate([question_16k, np.zeros(SR, np.float32)])
+    for rehear, redo in ((None, "doubtful"), (FakeAsr(), "looping")):
+        call, _, asr, _ = make(rehear=rehear)
+        asyncio.run(drive(call, pcm16=float_to_pcm16(x)))
+        assert asr.fallbacks and set(asr.fallbacks) == {redo}
 
 
 @pytest.mark.audio
@@ -459,7 +472,7 @@ class LengthAsr(FakeAsr):
         super().__init__()
         self.split_s = split_s
 
-    def transcribe(self, pcm, prompt=None):
+    def transcribe(self, pcm, prompt=None, fallback="doubtful"):
         r = super().transcribe(pcm, prompt)
         text = "how do I reset my router" if len(pcm) / SR < self.split_s else \
             "how do I reset my router and keep my settings"
@@ -598,7 +611,7 @@ class PartsAsr(FakeAsr):
         super().__init__()
         self.split_s, self.first, self.whole = split_s, first, whole
 
-    def transcribe(self, pcm, prompt=None, fallback=True):
+    def transcribe(self, pcm, prompt=None, fallback="doubtful"):
         r = super().transcribe(pcm, prompt)
         return r.model_copy(update={"text": self.first if len(pcm) / SR < self.split_s else self.whole})
 

@@ -17,7 +17,7 @@ from policy.session_state import SessionState
 if TYPE_CHECKING:  # only for annotations: the stages import numpy/onnx at their own pace
     from .call.config import CallConfig
     from .call.events import CallEvent
-    from .stages.asr import AsrResult
+    from .stages.asr import AsrResult, Fallback
     from .stages.tts import TtsChunk
 
 
@@ -49,7 +49,7 @@ class ManualClock:
 
 
 class Transcriber(Protocol):
-    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: bool = True) -> AsrResult: ...
+    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: Fallback = "doubtful") -> AsrResult: ...
 
 
 class Synthesizer(Protocol):

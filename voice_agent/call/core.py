@@ -107,7 +107,11 @@ class CallCore:
 
     async def _transcribe(self, audio: np.ndarray) -> AsrResult:
         rt = self.runtime
-        return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "")
+        # A doubtful short-window hearing is redone over the full 30 s window (~0.6 s more). With a
+        # stronger second model loaded, one merely of low log-probability is not: a turn it would
+        # have refused is heard afresh by that model anyway. A looping one still is.
+        return await asyncio.to_thread(rt.transcriber.transcribe, audio, prompt=rt.asr_prompt(self.role) or "",
+                                       fallback="doubtful" if rt.rehear_transcriber is rt.transcriber else "looping")
 
     # the call loop's (session.py); speculation ends a turn early through it
     _handle_vad: Callable[[list[VadEvent]], None]

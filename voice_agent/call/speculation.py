@@ -150,7 +150,7 @@ class Speculation(CallCore):
         asr = self.runtime.rehear_transcriber
         if asr is self.runtime.transcriber:
             return None
-        res = await asyncio.to_thread(asr.transcribe, audio, prompt="", fallback=False)
+        res = await asyncio.to_thread(asr.transcribe, audio, prompt="", fallback="never")
         timings["rehear_model"] = res.elapsed_ms
         new = res.text.strip()
         if res.low_confidence or not new or said_words(new) == said_words(text) or looks_repetitive(new):
@@ -167,7 +167,7 @@ class Speculation(CallCore):
         asr = self.runtime.transcriber  # the prompt's words bias a hearing: tiny.en's beam keeps to the audio
         hearings = getattr(asr, "hearings", None)
         results = await asyncio.to_thread(hearings, audio, prompt=prompt, n=REHEAR_BEAM) if hearings else \
-            [await asyncio.to_thread(asr.transcribe, audio, prompt=prompt, fallback=False)]
+            [await asyncio.to_thread(asr.transcribe, audio, prompt=prompt, fallback="never")]
         timings["rehear_decode"] = results[0].elapsed_ms
         out: list[Hypothesis] = []
         seen = {said_words(text)}  # punctuation never decides a turn: a hearing that differs only so is no news

@@ -31,6 +31,8 @@ from .asr_fit import SAMPLE_RATE, fit_texts
 if TYPE_CHECKING:  # heavy (CTranslate2): imported at run time only when a model loads
     from faster_whisper import WhisperModel
 
+# When a short-window decode is redone over the full window (Transcriber.transcribe).
+Fallback = Literal["doubtful", "looping", "never"]
 MAX_PROMPT_TERMS = 40  # whisper's prompt may hold up to 223 tokens; keep it short and relevant
 
 
@@ -281,9 +283,10 @@ class Transcriber:
         self.transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
         return (time.perf_counter() - t0) * 1000
 
-    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: bool = True) -> AsrResult:
-        """`fallback=False`: never redo a doubtful short-window decode with the full 30 s window
-        (for optional second passes, which must stay cheap)."""
+    def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: Fallback = "doubtful") -> AsrResult:
+        """When to redo a short-window decode over the full 30 s window: when it is `doubtful`
+        (looping or of low log-probability), only when it is `looping`, or `never` (for optional
+        second passes, which must stay cheap)."""
         t0 = time.perf_counter()
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         duration = len(x) / SAMPLE_RATE
@@ -294,8 +297,9 @@ class Transcriber:
                 res = self._empty(duration)
             elif self.audio_ctx == "auto" and duration + self.ctx_margin_s <= 29.0:
                 res = self._decode_short(m.model, x, prompt)[0]
-                if fallback and res.text and (looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
-                                 or "low_avg_logprob" in res.low_confidence_reasons):
+                looping = looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
+                doubtful = looping or "low_avg_logprob" in res.low_confidence_reasons
+                if res.text and (looping if fallback == "looping" else doubtful and fallback == "doubtful"):
                     res = self._decode_full(m.model, x, prompt)  # the shortcut may be what failed
             else:
                 res = self._decode_full(m.model, x, prompt)
@@ -316,7 +320,7 @@ class Transcriber:
         t0 = time.perf_counter()
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         if self.audio_ctx != "auto" or len(x) < SAMPLE_RATE // 10 or len(x) / SAMPLE_RATE + self.ctx_margin_s > 29.0:
-            return [self.transcribe(x, prompt=prompt, fallback=False)]  # the full window keeps one hearing
+            return [self.transcribe(x, prompt=prompt, fallback="never")]  # the full window keeps one hearing
         m = self.loaded
         with m.slots:
             out = self._decode_short(m.model, x, prompt or None, n=n)
