@@ -148,3 +148,30 @@ def test_full_window_path_agrees(tr):
     a, b = full.transcribe(x), tr.transcribe(x)
     assert words(a.text) == words(b.text) == ["front", "left"]
     assert a.audio_ctx_s == 30.0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("text, why, fallback, redone", [
+    ("How do I reset my router?", ["low_avg_logprob"], "doubtful", True),
+    ("How do I reset my router?", ["low_avg_logprob"], "looping", False),  # left to a stronger second model
+    ("front left, front left, front left", [], "looping", True),  # the short window itself failed
+    ("front left, front left, front left", ["repetitive"], "never", False),
+    ("How do I reset my router?", [], "doubtful", False),
+])
+def test_when_a_short_window_decode_is_redone_over_the_full_window(monkeypatch, text, why, fallback, redone):
+    import contextlib
+    from types import SimpleNamespace
+
+    from voice_agent.stages.asr import AsrResult
+
+    def result(t: str, reasons: list[str]) -> AsrResult:
+        return AsrResult(text=t, avg_logprob=-1.2 if reasons else -0.2, no_speech_prob=0.01, compression_ratio=1.0,
+                         duration_s=2.0, elapsed_ms=5.0, language="en", low_confidence=bool(reasons),
+                         low_confidence_reasons=reasons)
+
+    t = Transcriber("tiny.en")
+    t._loaded = SimpleNamespace(model=None, slots=contextlib.nullcontext())  # type: ignore[assignment]
+    monkeypatch.setattr(t, "_decode_short", lambda model, x, prompt, n=1: [result(text, why)])
+    monkeypatch.setattr(t, "_decode_full", lambda model, x, prompt: result("full window", []))
+    heard = t.transcribe(np.zeros(2 * SR, np.float32), fallback=fallback).text
+    assert (heard == "full window") == redone

@@ -297,9 +297,9 @@ class Transcriber:
                 res = self._empty(duration)
             elif self.audio_ctx == "auto" and duration + self.ctx_margin_s <= 29.0:
                 res = self._decode_short(m.model, x, prompt)[0]
-                looping = looks_repetitive(res.text) or "repetitive" in res.low_confidence_reasons
-                doubtful = looping or "low_avg_logprob" in res.low_confidence_reasons
-                if res.text and (looping if fallback == "looping" else doubtful and fallback == "doubtful"):
+                why = res.low_confidence_reasons
+                if res.text and fallback != "never" and (looks_repetitive(res.text) or "repetitive" in why or (
+                        fallback == "doubtful" and "low_avg_logprob" in why)):
                     res = self._decode_full(m.model, x, prompt)  # the shortcut may be what failed
             else:
                 res = self._decode_full(m.model, x, prompt)
