@@ -135,6 +135,7 @@ def _load_runtime(args: argparse.Namespace, config: ServerConfig, tts_workers: i
             # to render; a small pool lets replies start in parallel.
             runtime.tts = TtsPool(tts_workers).start()
         if problem := _config_vs_kb(config, runtime, args.kb):
+            runtime.close()  # its TTS worker, and the second model still warming (exiting mid-decode aborts)
             print(f"error: {args.config or 'server config'}: {problem}", file=sys.stderr)
             return None
         log_event("runtime_loaded", seconds=round(time.monotonic() - t0, 2), kb=args.kb, tts_workers=tts_workers)
