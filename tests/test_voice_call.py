@@ -473,7 +473,7 @@ class LengthAsr(FakeAsr):
         self.split_s = split_s
 
     def transcribe(self, pcm, prompt=None, fallback="doubtful"):
-        r = super().transcribe(pcm, prompt)
+        r = super().transcribe(pcm, prompt, fallback)
         text = "how do I reset my router" if len(pcm) / SR < self.split_s else \
             "how do I reset my router and keep my settings"
         return r.model_copy(update={"text": text})
@@ -612,7 +612,7 @@ class PartsAsr(FakeAsr):
         self.split_s, self.first, self.whole = split_s, first, whole
 
     def transcribe(self, pcm, prompt=None, fallback="doubtful"):
-        r = super().transcribe(pcm, prompt)
+        r = super().transcribe(pcm, prompt, fallback)
         return r.model_copy(update={"text": self.first if len(pcm) / SR < self.split_s else self.whole})
 
 
