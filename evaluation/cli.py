@@ -12,6 +12,7 @@ from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_
 from .corpus_audio import audio_corpus, format_audio_corpus
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
+from .punctuation import format_shifts, punctuation_shift
 from .train import fit_on_domains
 
 
@@ -28,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--failures", action="store_true", help="list each domain's failing cases")
     p.add_argument("--audio-dir", help="folder of recordings, one sub-folder per domain "
                    "(scripts/make_domain_audio.py): score voice against text instead")
+    p.add_argument("--punctuation", action="store_true",
+                   help="ask every case again without its punctuation marks (shipped scorer) and count the "
+                   "turns whose action changes: the same words should get the same action")
     p.add_argument("--min-worst", type=float, default=None,
                    help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
     return p
@@ -47,7 +51,7 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
             domains += discover(args.sealed, sealed=True)
         for d in domains:
             _ = d.cases  # validate every cases file before loading any model
-        if not args.no_refit and sum(not d.sealed for d in domains) < 2:
+        if not (args.no_refit or args.punctuation) and sum(not d.sealed for d in domains) < 2:
             raise CasesError(f"{args.corpus}: leave-one-domain-out needs at least two domains to fit on; "
                              "add domains, or score with the shipped scorer (--no-refit)")
     except CasesError as exc:
@@ -56,6 +60,8 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     engines = Engines()
     if args.audio_dir:
         return _audio(args, domains, engines, audio_setup)
+    if args.punctuation:
+        return _punctuation(args, domains, engines)
     try:
         per = leave_one_out(domains, engines, _fitter(args), baselines=not args.no_baselines,
                             progress=lambda name: print(f"scored {name}", file=sys.stderr, flush=True))
@@ -90,6 +96,20 @@ def cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
     if "--corpus" in argv or any(a.startswith("--corpus=") for a in argv):
         return corpus_cli(argv, audio_setup)
     return single_cli(argv, audio_setup)
+
+
+def _punctuation(args: argparse.Namespace, domains: list[Domain], engines: Engines) -> int:
+    per = {}
+    for d in domains:
+        if d.sealed:
+            continue  # sealed domains are never read case by case
+        per[d.name] = punctuation_shift(engines.get(d), list(d.cases))
+        print(f"asked {d.name} again", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps({n: {k: v for k, v in vars(s).items() if k != "examples"} for n, s in per.items()}))
+    else:
+        print(format_shifts(per, examples=args.failures))
+    return 0
 
 
 def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, audio_setup: AudioSetup | None) -> int:
