@@ -121,14 +121,24 @@ _CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|(?:^|\s)(
 # ("shut the door and stop boarding") stays inside it.
 _SENTENCE_BREAK = re.compile(r"(?<=[,.;!?])\s+")
 _NEGATION = re.compile(r"\b(?:not|never|no|nothing|dont)\b|n't\b")
-# A question word inside a clause opens the question it asks ("... my membership when does it start"):
-# ASR may write no comma before it, so the asking clause is found without one.
-_WH_INSIDE = re.compile(r"\s(?=(?:how|what|what's|whats|when|where|why|which|who|whose)\b)")
+# Words that open a clause inside a run-on turn, where ASR wrote no punctuation: a question word opens
+# the question it asks ("... my membership when does it start"), and the caller's own "I'm", "I've",
+# "I'd", "I'll" opens what they say of themselves ("... put my windows in I'm scared to go out").
+_OPENS_INSIDE = re.compile(r"\s(?=(?:(?P<ask>how|what|what's|whats|when|where|why|which|who|whose)"
+                           r"|(?P<self>i'm|i've|i'd|i'll))\b)")
 
 
 def clauses(text: str) -> list[str]:
     """The turn's clauses, normalized (the one splitter every reading of clauses uses)."""
     return [c.strip() for c in _CLAUSE_BREAK.split(normalize_text(text)) if c.strip()]
+
+
+def run_on_parts(clause: str, opener: Literal["ask", "self"]) -> list[str]:
+    """A clause cut before each word of that kind that would open a clause had the transcript been
+    punctuated: a question word ("ask") or the caller's "I'm", "I've", "I'd", "I'll" ("self")."""
+    cuts = [m.start() for m in _OPENS_INSIDE.finditer(clause) if m.group(opener)]
+    bounds = [0, *cuts, len(clause)]
+    return [clause[a:b].strip() for a, b in zip(bounds, bounds[1:]) if clause[a:b].strip()]
 
 
 def negated(text: str) -> bool:
@@ -150,7 +160,7 @@ def sentences(normalized: str) -> list[str]:
 def question_focus(text: str) -> str | None:
     """The clause that asks, when the turn says more than its question ("my new card came this
     morning and the tap thing won't work, what's going on"): None when the whole turn is the question."""
-    parts = [p.strip(" ,.;!?") for c in sentences(normalize_text(text)) for p in _WH_INSIDE.split(c) if p.strip(" ,.;!?")]
+    parts = [p.strip(" ,.;!?") for c in sentences(normalize_text(text)) for p in run_on_parts(c, "ask") if p.strip(" ,.;!?")]
     asking = [c for c in parts if _asks(c)]
     if len(parts) < 2 or not asking or len(asking[-1].split()) < 3:
         return None

@@ -296,3 +296,12 @@ def test_a_caller_in_distress_goes_to_a_person(engine):
     said = "A man outside keeps shouting that he'll hurt me, I'm really frightened."
     assert engine.session().turn(said).decision.action.value == "transfer"
     assert engine.session().turn("How do I set up voicemail?").decision.action.value != "transfer"
+
+
+
+def test_distress_said_in_a_run_on_transcript_still_goes_to_a_person(engine):
+    """ASR may write no punctuation: the short "I'm scared" must not drown in the long clause before it."""
+    said = "Some lads on my estate keep shouting racist stuff at me and said they'll put my windows in I'm scared to go out"
+    assert engine.session().turn(said).decision.action.value == "transfer"
+    assert engine.session().turn(said.replace("I'm scared to go out", "what do I do")).decision.action.value \
+        != "transfer"

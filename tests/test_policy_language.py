@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from policy.language import (asks_question, clauses, fact_kind, holds_kind, negated, normalize_text, question_focus,
-                             specificity)
+                             run_on_parts, specificity)
 from policy.signals import small_talk
 from policy.numbers import Quantity, number_values, quantities, unsupported_numbers, words_to_digits
 
@@ -108,6 +108,15 @@ def test_frame_words_weigh_less_than_subjects():
 ])
 def test_one_clause_splitter(text, expected):
     assert clauses(text) == expected
+
+
+def test_a_run_on_clause_is_cut_where_a_clause_would_open():
+    said = "they said they'll put my windows in i'm scared to go out"
+    assert run_on_parts(said, "self") == ["they said they'll put my windows in", "i'm scared to go out"]
+    assert run_on_parts(said, "ask") == [said]  # no question word inside it
+    asked = "i'm on the premium plan how many guests can i bring"
+    assert run_on_parts(asked, "ask") == ["i'm on the premium plan", "how many guests can i bring"]
+    assert run_on_parts(asked, "self") == [asked]  # a clause that opens with "I'm" is not cut there
 
 
 def test_question_focus_keeps_a_questions_own_and():
