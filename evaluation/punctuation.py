@@ -40,6 +40,7 @@ class PunctuationShift:
         self.changed += other.changed
         self.right_to_wrong += other.right_to_wrong
         self.wrong_to_right += other.wrong_to_right
+        self.examples += other.examples
 
 
 def compare(written: CaseResult, bare: CaseResult) -> PunctuationShift:
@@ -63,9 +64,7 @@ def compare(written: CaseResult, bare: CaseResult) -> PunctuationShift:
 def punctuation_shift(engine: Engine, cases: list[Case]) -> PunctuationShift:
     total = PunctuationShift()
     for case in cases:
-        shift = compare(run_text_case(engine, case), run_text_case(engine, without_marks(case)))
-        total.add(shift)
-        total.examples += shift.examples
+        total.add(compare(run_text_case(engine, case), run_text_case(engine, without_marks(case))))
     return total
 
 
