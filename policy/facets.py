@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from .language import asks_question, clauses, negated
+from .language import asks_question, clauses, negated, run_on_pieces
 MAX_CONTEXT = 60  # scoped section headings embedded per value
 
 
@@ -58,6 +58,8 @@ class FacetReader:
         """The facet values this turn states, for `keys` (default: every key of the KB)."""
         keys = [k for k in (keys or list(self._names)) if k in self._names]
         parts = [c for c in clauses(text) if len(c) > 2]
+        # a run-on clause ("it's for the shop I run a hairdresser's") is read in its pieces too
+        parts += run_on_pieces(parts, "self", "subject")
         if not prompted:  # who the caller is, they state; a question clause asks, it does not tell
             parts = [c for c in parts if not asks_question(c)]
         if not keys or not parts:

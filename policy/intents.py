@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from .config import Intent
-from .language import clauses, normalize_text, run_on_parts
+from .language import clauses, normalize_text, run_on_pieces
 
 
 class IntentReader:
@@ -21,8 +21,7 @@ class IntentReader:
         """The turn's clauses, the pieces of a run-on clause (a transcript without punctuation reads as
         one long clause, in which a short "I'm scared" is lost), and the whole turn."""
         parts = [c for c in clauses(text) if len(c) > 2]
-        pieces = [p for c in parts if len(cut := run_on_parts(c, "self")) > 1 for p in cut if len(p.split()) >= 3]
-        return parts + pieces + ([normalize_text(text)] if len(parts) > 1 else [])
+        return parts + run_on_pieces(parts, "self") + ([normalize_text(text)] if len(parts) > 1 else [])
 
     def scores(self, text: str) -> dict[str, float]:
         """Per intent, the closest any clause (or the whole turn) comes to one of its examples."""

@@ -122,10 +122,11 @@ _CLAUSE_BREAK = re.compile(r"[,.;!?]+(?=\s|$)|\s[-\u2013\u2014]+(?=\s)|(?:^|\s)(
 _SENTENCE_BREAK = re.compile(r"(?<=[,.;!?])\s+")
 _NEGATION = re.compile(r"\b(?:not|never|no|nothing|dont)\b|n't\b")
 # Words that open a clause inside a run-on turn, where ASR wrote no punctuation: a question word opens
-# the question it asks ("... my membership when does it start"), and the caller's own "I'm", "I've",
-# "I'd", "I'll" opens what they say of themselves ("... put my windows in I'm scared to go out").
+# the question it asks ("... my membership when does it start"), the caller's own "I'm", "I've", "I'd",
+# "I'll" what they say of themselves ("... put my windows in I'm scared to go out"), and a plain "I" or
+# "we" may open what they say they are ("it's for the shop I run a hairdresser's").
 _OPENS_INSIDE = re.compile(r"\s(?=(?:(?P<ask>how|what|what's|whats|when|where|why|which|who|whose)"
-                           r"|(?P<self>i'm|i've|i'd|i'll))\b)")
+                           r"|(?P<self>i'm|i've|i'd|i'll)|(?P<subject>i|we|we're|we've|we'd|we'll))\b)")
 
 
 def clauses(text: str) -> list[str]:
@@ -133,12 +134,19 @@ def clauses(text: str) -> list[str]:
     return [c.strip() for c in _CLAUSE_BREAK.split(normalize_text(text)) if c.strip()]
 
 
-def run_on_parts(clause: str, opener: Literal["ask", "self"]) -> list[str]:
-    """A clause cut before each word of that kind that would open a clause had the transcript been
-    punctuated: a question word ("ask") or the caller's "I'm", "I've", "I'd", "I'll" ("self")."""
-    cuts = [m.start() for m in _OPENS_INSIDE.finditer(clause) if m.group(opener)]
+def run_on_parts(clause: str, *openers: Literal["ask", "self", "subject"]) -> list[str]:
+    """A clause cut before each word of those kinds that would open a clause had the transcript been
+    punctuated: a question word ("ask"), the caller's "I'm", "I've", "I'd", "I'll" ("self"), a plain
+    "I" or "we" ("subject")."""
+    cuts = [m.start() for m in _OPENS_INSIDE.finditer(clause) if any(m.group(o) for o in openers)]
     bounds = [0, *cuts, len(clause)]
     return [clause[a:b].strip() for a, b in zip(bounds, bounds[1:]) if clause[a:b].strip()]
+
+
+def run_on_pieces(parts: list[str], *openers: Literal["ask", "self", "subject"]) -> list[str]:
+    """The pieces, of three words or more, of the clauses that `run_on_parts` cuts: read beside the
+    clauses themselves, so that a short "I'm scared" is not lost in a long run-on clause."""
+    return [p for c in parts if len(cut := run_on_parts(c, *openers)) > 1 for p in cut if len(p.split()) >= 3]
 
 
 def negated(text: str) -> bool:

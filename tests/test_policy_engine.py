@@ -299,6 +299,15 @@ def test_a_caller_in_distress_goes_to_a_person(engine):
 
 
 
+def test_a_clarify_answered_in_a_run_on_transcript_is_read(tmp_path):
+    """"It's for the shop, I run a hairdresser's" said without the comma is still a business customer."""
+    e = Engine.load("fixtures/domains/energy/kb", state_dir=tmp_path, on_date=DATE)
+    s = e.session()
+    assert s.turn("How much is the standing charge on the gas?").decision.missing_information == ["customer_type"]
+    assert s.turn("It's for the shop I run a hairdresser's").decision.action.value == "answer"
+    assert s.facets == {"customer_type": "business"}
+
+
 def test_distress_said_in_a_run_on_transcript_still_goes_to_a_person(engine):
     """ASR may write no punctuation: the short "I'm scared" must not drown in the long clause before it."""
     said = "Some lads on my estate keep shouting racist stuff at me and said they'll put my windows in I'm scared to go out"

@@ -117,6 +117,9 @@ def test_a_run_on_clause_is_cut_where_a_clause_would_open():
     asked = "i'm on the premium plan how many guests can i bring"
     assert run_on_parts(asked, "ask") == ["i'm on the premium plan", "how many guests can i bring"]
     assert run_on_parts(asked, "self") == [asked]  # a clause that opens with "I'm" is not cut there
+    told = "it's for the shop we run a little hairdresser's"
+    assert run_on_parts(told, "self") == [told]
+    assert run_on_parts(told, "self", "subject") == ["it's for the shop", "we run a little hairdresser's"]
 
 
 def test_question_focus_keeps_a_questions_own_and():
