@@ -94,6 +94,9 @@ class Hit(BaseModel):
     units: list[str] = Field(default_factory=list)
     unit_scores: list[float] = Field(default_factory=list)
     heading_score: float | None = None  # the question's cosine to the section heading alone
+    # the document's dates: when a page not yet in force will apply (a caller may ask about then)
+    effective_from: dt.date | None = None
+    effective_until: dt.date | None = None
     # each unit's cosine to the clause that asks, when the turn has more (a story, then the question)
     focus_scores: list[float] = Field(default_factory=list)
 

@@ -116,6 +116,9 @@ def _refusal(o: GateOutcome, kind: str, topic: str) -> str:
     if Reason.deprecated_only in r:
         return (f"I can't confirm the current rule for {topic}. The only material I found on it is outdated, "
                 "so I won't quote it as the rule. An agent can confirm the current policy if you'd like.")
+    if Reason.draft_only in r and "asked_ahead" in o.signals:
+        return ("I can't confirm that for the time you're asking about. What will apply then is not final yet, "
+                "so I won't give you today's details as if they still hold. An agent can tell you more if you'd like.")
     if Reason.draft_only in r:
         return (f"I can't confirm that yet. The only material I found for {topic} describes something that is "
                 "not in force yet, so I can't give it to you as the rule. An agent can tell you more if you'd like.")

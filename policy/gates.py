@@ -9,6 +9,7 @@ calibrated probability (policy/evidence.py), compared with a threshold derived f
 """
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,10 +17,11 @@ from typing import Callable
 from kb.models import RISK_ORDER, EffectiveStatus, Hit, RetrievalResult
 
 from .config import PolicyConfig
-from .conflicts import Similarity, find_conflicts
+from .conflicts import Similarity, find_conflicts, same_fact_units
 from .decision import Action, Reason
 from .evidence import GradedHit, best_answer, grade
-from .language import fact_kind
+from .language import FactKind, fact_kind
+from .periods import asked_periods, in_force_during
 from .scorer import Scorer, answer_threshold
 from .signals import approval_action, disallowed_request, first_reading, human_requested
 from .versions import carry_over
@@ -54,6 +56,7 @@ class TurnFacts:
     # this turn as the caller said it, before the repair toward the KB's words ("money back" may
     # become the KB's "Money-Back"): a request it makes stays a request
     caller_words: str = ""
+    today: dt.date | None = None  # the date the KB's statuses were read on; None: dates ahead are not read
 
 
 def _said(read: Callable[[str, PolicyConfig], str | None], facts: TurnFacts, cfg: PolicyConfig) -> str | None:
@@ -263,11 +266,10 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     if not graded or graded[0].p < th.related_p:
         reason = Reason.low_retrieval_score if graded else Reason.no_relevant_evidence
         return out(Action.refuse, [reason], "e_no_evidence")
-    # f. What answers is outdated or not yet in force, and nothing current does.
-    old = graded[0]
-    if not old.active and (best is None or scorer.answer_probability(doc_p) < answer_p):
-        reason = Reason.deprecated_only if old.hit.status == EffectiveStatus.deprecated else Reason.draft_only
-        return out(Action.refuse, [reason], "f_version", evidence=[old], evidence_status="background")
+    # f. Only outdated or future material answers, or the caller asks about a time a draft covers.
+    unsure = scorer.answer_probability(doc_p) < answer_p
+    if stale := _not_in_force(graded, best, facts, kind, unsure, signals):  # type: ignore[arg-type]
+        return out(Action.refuse, [stale[1]], "f_version", evidence=[stale[0]], evidence_status="background")
     assert best is not None
     # g. Current sources disagree on the asked fact: expose it, never pick a side.
     others = [g for g in active if g is not best]
@@ -293,3 +295,31 @@ def _evidence_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig
     reasons = [Reason.grounded_answer] + ([Reason.embedding_unavailable] if facts.result is not None and facts.result.lexical_only else [])
     return out(Action.answer, reasons, "j_answer", evidence=[best], evidence_status="direct",
                confidence=confidence)
+
+
+def _not_in_force(graded: list[GradedHit], best: GradedHit | None, facts: TurnFacts, kind: FactKind,
+                  unsure: bool, signals: dict[str, object]) -> tuple[GradedHit, Reason] | None:
+    """The page that makes this a version refusal, and why: the likeliest page is outdated or not yet
+    in force and no current one is sure to answer (`unsure`), or a draft covers the time asked."""
+    old = graded[0]
+    if not old.active and (best is None or unsure):
+        return old, Reason.deprecated_only if old.hit.status == EffectiveStatus.deprecated else Reason.draft_only
+    later = _draft_then(best, graded, facts, kind, signals) if best is not None else None
+    return (later, Reason.draft_only) if later else None
+
+
+def _draft_then(best: GradedHit, graded: list[GradedHit], facts: TurnFacts, kind: FactKind,
+                signals: dict[str, object]) -> GradedHit | None:
+    """A retrieved page not yet in force that will be in force during a time ahead the caller names
+    and says the same thing as the sentence `best` would speak (its figure is what would change):
+    today's page does not answer for then. The draft's own probability is not asked: beside the
+    current page it repeats, it looks unlikely to answer however close it is."""
+    periods = asked_periods(facts.question, facts.today) if facts.today else []
+    for g in graded if periods else []:
+        h = g.hit
+        if h.status == EffectiveStatus.draft \
+                and any(in_force_during(h.effective_from, h.effective_until, p) for p in periods) \
+                and same_fact_units(best, g, kind, facts.unit_similarity):
+            signals["asked_ahead"] = {"page": h.locator, "from": str(h.effective_from)}
+            return g
+    return None

@@ -212,6 +212,7 @@ class Session:
                          intents={} if heard.social or heard.context_only or not heard.normalized.strip()
                          else eng.intents(heard.normalized),
                          conversation_team=self.topic_team, caller_words=heard.text,
+                         today=eng.on_date or dt.date.today(),
                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)
 
     def _recheck(self, decision: Decision, result: RetrievalResult | None,
