@@ -3,6 +3,7 @@ kind of fact a question asks for, whether a text holds that kind of fact, and ho
 is. Everything here is general language knowledge, never a domain's words."""
 from __future__ import annotations
 
+import calendar
 import re
 from functools import lru_cache
 from typing import Literal
@@ -33,13 +34,15 @@ _KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
 ]
 # A phone number, an email address or a web address.
 _CONTACT = re.compile(r"(?<![\w-])\+?\d(?:[ -]?\d){8,}(?![\w-])|[\w.+-]+@[\w-]+\.\w|\bwww\.|\b[\w-]+\.(com|org|net|co\.uk|org\.uk|gov\.uk|ac\.uk)\b")
-# Words that state a fact of a kind without a figure ("free", "immediately", "same day").
-_KIND_WORDS: dict[str, frozenset[str]] = {
-    "amount": frozenset("free".split()),
-    "duration": frozenset("immediately instantly straight away same next day overnight until".split()),
-    "when": frozenset("immediately instantly straight away same next day overnight until monday tuesday wednesday "
-                      "thursday friday saturday sunday midnight noon weekday weekdays weekend".split()),
-    "count": frozenset("unlimited".split()),
+# Words and phrases that state a fact of a kind without a figure ("free", "immediately", "same day"),
+# matched as whole phrases: "same" alone is not a time ("the same tyre"), nor is "away" ("take it away").
+_SOON = ("immediately", "instantly", "straight away", "right away", "overnight", "until") + tuple(
+    f"{which}{day} day" for which in ("same", "next") for day in ("", " working", " business"))
+_KIND_PHRASES: dict[str, tuple[str, ...]] = {
+    "amount": ("free",),
+    "duration": _SOON,
+    "when": _SOON + tuple(d.lower() for d in calendar.day_name) + ("midnight", "noon", "weekday", "weekdays", "weekend"),
+    "count": ("unlimited",),
 }
 _KIND_QUANTITIES: dict[str, frozenset[str]] = {
     "amount": frozenset({"money", "percent"}), "duration": frozenset({"time"}),
@@ -70,8 +73,8 @@ def holds_kind(kind: FactKind, text: str) -> bool:
         return True
     if kind == "contact":
         return bool(_CONTACT.search(text.lower()))
-    words = set(re.findall(r"[a-z]+", text.lower()))
-    if words & _KIND_WORDS[kind]:
+    words = " " + " ".join(re.findall(r"[a-z]+", text.lower())) + " "
+    if any(f" {p} " in words for p in _KIND_PHRASES[kind]):
         return True
     return any(q.kind in _KIND_QUANTITIES[kind] for q in quantities(text))
 

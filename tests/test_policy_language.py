@@ -63,6 +63,16 @@ def test_a_fact_of_the_asked_kind_in_words_or_figures():
     assert holds_kind("any", "Anything at all.")
 
 
+def test_a_time_in_words_is_a_whole_phrase():
+    assert holds_kind("duration", "Orders placed by 2pm go out the same working day.")
+    assert holds_kind("when", "Bins go out on Thursday.")
+    assert holds_kind("duration", "We'll sort it straight away.")
+    # "same", "next", "day" and "away" alone state no time
+    assert not holds_kind("duration", "If you find the same tyre cheaper, we will refund the difference.")
+    assert not holds_kind("duration", "Take the old battery away with you.")
+    assert not holds_kind("when", "Check your collection day on the website.")
+
+
 def test_a_way_to_reach_someone_is_the_number_or_address_itself():
     assert holds_kind("contact", "Call the claims line on 0345 600 1234.")
     assert holds_kind("contact", "Email claims@example.co.uk with the signed form.")
