@@ -36,8 +36,8 @@ _KIND_OF_QUESTION: list[tuple[FactKind, re.Pattern[str]]] = [
 _CONTACT = re.compile(r"(?<![\w-])\+?\d(?:[ -]?\d){8,}(?![\w-])|[\w.+-]+@[\w-]+\.\w|\bwww\.|\b[\w-]+\.(com|org|net|co\.uk|org\.uk|gov\.uk|ac\.uk)\b")
 # Words and phrases that state a fact of a kind without a figure ("free", "immediately", "same day"),
 # matched as whole phrases: "same" alone is not a time ("the same tyre"), nor is "away" ("take it away").
-_SOON = ("immediately", "instantly", "straight away", "right away", "overnight", "until") + tuple(
-    f"{which}{day} day" for which in ("same", "next") for day in ("", " working", " business"))
+_SOON = ("immediately", "instantly", "straight away", "right away", "overnight", "until", "same day", "same working day",
+         "same business day", "next day", "next working day", "next business day")
 _KIND_PHRASES: dict[str, tuple[str, ...]] = {
     "amount": ("free",),
     "duration": _SOON,

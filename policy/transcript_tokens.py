@@ -3,20 +3,19 @@
 A token keeps the punctuation around its word (`pre`, `core`, `post`) so passes can rewrite or
 drop words and still put the sentence back together as it was said. Spoken numbers become
 digits ("twenty four hours" -> "24 hours", "two point five" -> "2.5", "twenty twenty six" -> 2026).
+The words of a number are read by text2num, as every other number is (policy/numbers.py); only how
+a transcript runs them together (a year said in pairs, "a hundred", "point five") is read here.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Collection
+from functools import lru_cache
+
+from text_to_num import text2num
 
 __all__ = ["Tok", "tokens", "join_tokens", "parse_number", "spoken_numbers"]
 
-_UNITS = {"zero": 0, "oh": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-          "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14,
-          "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18, "nineteen": 19}
-_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
-         "ninety": 90}
-_SCALES = {"hundred": 100, "thousand": 1000, "million": 1_000_000}
 # "one" alone is often not a number ("no one", "which one"); convert it only before these.
 # ("one day pass" stays: product names are often spelled out.)
 _COUNTED = {"dollar", "dollars", "buck", "bucks", "cent", "cents", "euro", "euros", "pound", "pounds", "hour",
@@ -55,7 +54,7 @@ def tokens(text: str) -> list[Tok]:
     for chunk in text.split():
         # "twenty-four", "e-sim": hyphenated spoken pieces are handled word by word.
         parts = chunk.split("-") if re.fullmatch(r"[A-Za-z]+(?:-[A-Za-z]+)+[^\w]*", chunk) and any(
-            p.lower() in _UNITS or p.lower() in _TENS for p in chunk.split("-")) else [chunk]
+            _is_number_word(p.lower()) for p in chunk.split("-")) else [chunk]
         out.extend(Tok(p) for p in parts)
     return out
 
@@ -69,51 +68,48 @@ def join_tokens(toks: list[Tok]) -> str:
     return re.sub(r"\s{2,}", " ", s).strip()
 
 
+@lru_cache(maxsize=8192)
+def _value(words: tuple[str, ...]) -> int | None:
+    """The number these words say, all of them, or None ("twenty four" is 24; "twenty four hours",
+    "twenty twenty" and "a hundred" are none)."""
+    try:
+        return int(text2num(" ".join(words), "en"))
+    except ValueError:
+        return None
+
+
+def _is_number_word(word: str) -> bool:
+    """A word of a cardinal. text2num also reads plurals ("the luxury ones", "tens") and "o" as
+    numbers; no cardinal's word ends in "s"."""
+    return len(word) > 1 and word != "and" and not word.endswith("s") and _value((word,)) is not None
+
+
+def _longest(words: list[str]) -> tuple[int | None, int]:
+    """The longest run of `words` from the first that says one number, and how many words it takes."""
+    n = 0
+    while n < min(len(words), 12) and (_is_number_word(words[n]) or words[n] == "and"):
+        n += 1
+    for m in range(n, 0, -1):
+        if (value := _value(tuple(words[:m]))) is not None:
+            return value, m
+    return None, 0
+
+
 def parse_number(words: list[str]) -> tuple[float | int | None, int]:
     """Longest spoken number at the start of `words` → (value, words used)."""
-    total, current, used, last = 0, 0, 0, ""
-    i = 0
-    while i < len(words):
-        w = words[i]
-        if w in _UNITS and w != "oh":
-            if last in ("unit", "teen") or (last == "tens" and _UNITS[w] >= 10) or last == "tens_unit":
-                break
-            current += _UNITS[w]
-            last = "teen" if _UNITS[w] >= 10 else ("tens_unit" if last == "tens" else "unit")
-        elif w in _TENS:
-            if last in ("unit", "teen", "tens", "tens_unit"):
-                break
-            current += _TENS[w]
-            last = "tens"
-        elif w in _SCALES:
-            if w == "hundred":
-                current = max(current, 1) * 100
-            else:
-                total += max(current, 1) * _SCALES[w]
-                current = 0
-            last = "scale"
-        elif w == "and" and last == "scale" and i + 1 < len(words) and (words[i + 1] in _UNITS or words[i + 1] in _TENS):
-            i += 1
-            continue
-        elif w == "a" and i + 1 < len(words) and words[i + 1] in _SCALES and used == 0:
-            current = 1
-            used = i + 1
-            i += 1
-            continue
-        else:
-            break
-        i += 1
-        used = i
-    if used == 0:
+    if len(words) > 1 and words[0] == "a" and _value((words[1],)) in (100, 1000, 1_000_000):
+        value, used = _longest(["one", *words[1:]])  # "a hundred dollars"
+    else:
+        value, used = _longest(words)
+    if value is None:
         return None, 0
-    value: float | int = total + current
-    # Decimals: "two point five" → 2.5 (digits after "point" are read one by one).
-    if used + 1 < len(words) and words[used] == "point" and words[used + 1] in _UNITS and _UNITS[words[used + 1]] < 10:
+    # Decimals: "two point five" → 2.5, "two point oh five" → 2.05 (digits after "point", one by one).
+    if used + 1 < len(words) and words[used] == "point":
         digits, j = "", used + 1
-        while j < len(words) and words[j] in _UNITS and _UNITS[words[j]] < 10:
-            digits += str(_UNITS[words[j]])
-            j += 1
-        return float(f"{value}.{digits}"), j
+        while j < len(words) and (d := 0 if words[j] == "oh" else _value((words[j],))) is not None and d < 10:
+            digits, j = digits + str(d), j + 1
+        if digits:
+            return float(f"{value}.{digits}"), j
     return value, used
 
 

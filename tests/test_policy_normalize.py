@@ -39,6 +39,11 @@ VOCAB = ["Northbeam", "SIM", "Wi-Fi", "eSIM", "PIN", "PayPal", "iPhone", "APN", 
     ("one dollar", "1 dollar"),
     ("ten gigabytes of data", "10 GB of data"),
     ("twenty bucks", "20 dollars"),
+    ("it's two point oh five", "it's 2.05"),
+    ("three hundred and eighty pounds", "380 pounds"),
+    # plurals are not numbers ("ones", "tens")
+    ("It's one of the luxury ones", "It's one of the luxury ones"),
+    ("tens of emails", "tens of emails"),
     # "one" that is not a number stays
     ("No one answered", "No one answered"),
     ("Which one is cheaper?", "Which one is cheaper?"),
