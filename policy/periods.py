@@ -1,8 +1,9 @@
-"""The time ahead a caller asks about ("next April", "from January", "next year", "in 2027").
+"""The time ahead a caller asks about ("next April", "from January", "next month", "next year", "in 2027").
 
 A question about a time when a page not yet in force will apply cannot be answered from today's
 page: the figure may change by then. Only what calendars fix is read here (month names from the
-standard library, a year, "next year"); the KB's own effective dates say what applies when."""
+standard library, a year, "next month", "next year"); the KB's own effective dates say what applies
+when."""
 from __future__ import annotations
 
 import calendar
@@ -49,8 +50,10 @@ def asked_periods(text: str, today: dt.date) -> list[Period]:
             month = _MONTHS[w]
             coming = today.year if month > today.month or before == "this" else today.year + 1
             out.append(_month(_named_year(words, i, today) or coming, month))
-        elif w == "year" and i and words[i - 1] == "next" and not (i > 1 and words[i - 2] in _MONTHS):
+        elif w == "year" and before == "next" and not (i > 1 and words[i - 2] in _MONTHS):
             out.append(_year(today.year + 1))
+        elif w == "month" and before == "next":
+            out.append(_month(today.year + today.month // 12, today.month % 12 + 1))
         elif len(w) == 4 and w.isdigit() and today.year < int(w) <= today.year + 10 \
                 and not (i and words[i - 1] in _MONTHS):
             out.append(_year(int(w)))

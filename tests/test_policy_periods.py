@@ -26,6 +26,7 @@ LATER = "A large parcel on Standard costs £10.79."
     ("are your prices going up next year", dt.date(2027, 1, 1)),
     ("what's the charge in 2027", dt.date(2027, 1, 1)),
     ("I'm graduating this December", dt.date(2026, 12, 1)),
+    ("will it go up next month", dt.date(2026, 12, 1)),
 ])
 def test_a_time_ahead_is_read_as_its_first_day(text, first):
     assert asked_periods(text, TODAY)[0][0] == first
@@ -35,6 +36,10 @@ def test_a_time_ahead_is_read_as_its_first_day(text, first):
                                   "what was in the 2025 price list", "how much does it cost"])
 def test_no_time_ahead(text):
     assert asked_periods(text, TODAY) == []
+
+
+def test_next_month_in_december_is_january():
+    assert asked_periods("next month", dt.date(2026, 12, 10)) == [(dt.date(2027, 1, 1), dt.date(2027, 1, 31))]
 
 
 def test_a_page_applies_while_in_force():
