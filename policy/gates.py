@@ -47,7 +47,6 @@ class TurnFacts:
     small_talk: str | None = None  # the turn is only a greeting, thanks or goodbye (signals.small_talk)
     facet_retry: int = 0  # times the caller's answer to our clarify could not be read: ask once more, then hand over
     pending_facets: list[str] = field(default_factory=list)  # what that clarify asked for
-    pending_evidence: list[str] = field(default_factory=list)  # the sections it was asked for (locators)
     intents: dict[str, float] = field(default_factory=dict)  # intents by meaning (policy/intents.py)
     unit_similarity: Similarity | None = None  # cosine of two sections' units (kb/units.py), for conflicts
     # the team of what the conversation has been about (the latest question's evidence): where a
@@ -229,12 +228,13 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
 
 
 def _clarified(best: GradedHit, facts: TurnFacts, floor: float) -> bool:
-    """The caller has just told us what our clarify asked, and the best section is one the clarify was
-    asked for and the page for what they said. We asked because it was likely to answer once the
-    caller said which applies (h); refusing it now, when it is more likely than not to answer
-    (`floor`), would make our question needless."""
+    """The caller has just told us what our clarify asked, and the best section is scoped to what they
+    said. We asked because a page was likely to answer once the caller said which applies (h); its
+    variant for this caller may not have been retrieved before they said it (the cat's page, when we
+    asked "cat, dog or rabbit?" from the dog's and the rabbit's). Refusing it now, when it is more
+    likely than not to answer (`floor`), would make our question needless."""
     keys = facts.pending_facets
-    return bool(keys) and best.p >= floor and best.hit.locator in facts.pending_evidence and all(
+    return bool(keys) and best.p >= floor and all(
         k in facts.caller_facets and best.hit.applies_to.get(k) == facts.caller_facets[k] for k in keys)
 
 

@@ -86,7 +86,6 @@ class Session:
         self.policy = policy
         self.pending_question: str | None = None  # the question a clarify is waiting on
         self.pending_facets: list[str] = []  # what that clarify asked for
-        self.pending_evidence: list[str] = []  # the sections likely to answer once it is told (locators)
         self.clarify_retries = 0  # answers to it that could not be read
         self.facet_retry = 0  # this turn: how many times the clarify's answer could not be read
         self.last_question: str | None = None  # the latest question decided, for context given after it
@@ -208,7 +207,6 @@ class Session:
                          teams=eng.teams(self.role), action_hits=action_hits, asr_low_confidence=heard.low_conf,
                          context_only=heard.context_only, small_talk=heard.social,
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
-                         pending_evidence=list(self.pending_evidence),
                          intents={} if heard.social or heard.context_only or not heard.normalized.strip()
                          else eng.intents(heard.normalized),
                          conversation_team=self.topic_team, caller_words=heard.text,
@@ -235,14 +233,10 @@ class Session:
         # The clarify's question stays pending until the caller supplies what was missing.
         if decision.action == Action.clarify and Reason.missing_facet in decision.reasons:
             if heard.question != self.pending_question:
-                self.clarify_retries, self.pending_evidence = 0, []
+                self.clarify_retries = 0
             self.pending_question, self.pending_facets = heard.question, list(decision.missing_information)
-            # a clarify asked again (options spelled out) names no sections: the first one's stand
-            named = [g.hit.locator for g in outcome.evidence] if outcome else []
-            self.pending_evidence = named or self.pending_evidence
         elif not heard.low_conf:
             self.pending_question, self.pending_facets, self.clarify_retries = None, [], 0
-            self.pending_evidence = []
         # Context given later narrows the evidence; it cannot help a question nothing related to.
         if heard.searched and not (outcome and outcome.gate == "e_no_evidence"):
             self.last_question = heard.question
@@ -317,7 +311,6 @@ class Session:
         """The conversation state as data: for `restore`, a session file, a call's checkpoint."""
         return SessionState(session_id=self.session_id, role=self.role, facets=self.facets,
                             pending_question=self.pending_question, pending_facets=self.pending_facets,
-                            pending_evidence=self.pending_evidence,
                             clarify_retries=self.clarify_retries, last_question=self.last_question,
                             topic_team=self.topic_team, transcript=self.transcript, turns=self.turns)
 
@@ -330,7 +323,6 @@ class Session:
                              f"{self.session_id} ({self.role})")
         self.facets, self.pending_question = dict(state.facets), state.pending_question
         self.pending_facets, self.clarify_retries = list(state.pending_facets), state.clarify_retries
-        self.pending_evidence = list(state.pending_evidence)
         self.last_question, self.topic_team = state.last_question, state.topic_team
         self.transcript, self.turns = list(state.transcript), state.turns
         if superseded:

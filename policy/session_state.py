@@ -24,7 +24,6 @@ class SessionState(BaseModel):
     facets: dict[str, str] = Field(default_factory=dict)
     pending_question: str | None = None  # the question a clarify waits on
     pending_facets: list[str] = Field(default_factory=list)  # what that clarify asked for
-    pending_evidence: list[str] = Field(default_factory=list)  # the sections it was asked for (locators)
     clarify_retries: int = 0  # answers to it that could not be read
     last_question: str | None = None  # the latest question decided, for context given after it
     topic_team: str | None = None  # the team of what the conversation is about, for transfers

@@ -55,11 +55,10 @@ def test_the_page_a_clarify_was_asked_for_answers_once_the_caller_says_which_app
     s = engine.session()
     first = s.turn("How do I check how much data I've got left?").decision
     assert first.action == Action.clarify and first.missing_information == ["plan_type"]
-    assert "data-topup-prepaid#checking-your-balance" in s.snapshot().pending_evidence
     second = s.turn("I'm on pay as you go.").decision
     assert second.action == Action.answer and second.citations[0].doc_id == "data-topup-prepaid"
-    assert s.snapshot().pending_evidence == []
-    # a page the clarify did not name gets no such benefit: a new question starts from nothing
+    assert s.snapshot().pending_facets == []
+    # once answered, the clarify gives no such benefit: a new question starts from nothing
     assert s.turn("Do you deliver pizza?").decision.action == Action.refuse
 
 
