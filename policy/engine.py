@@ -175,9 +175,11 @@ class Engine:
         if role not in self._facet_readers:
             reader = None
             if self.retriever.model_id and self.kb_facets(role):
-                docs = [(self.kb.docs[s.doc_id].applies_to, f"{self.kb.docs[s.doc_id].title}. {s.heading}")
-                        for s in self.kb.sections if visible_to(self.kb.docs[s.doc_id], role)]
-                reader = FacetReader(self.facet_phrases(role), scoped_context(docs), self.retriever.embed)
+                seen = [(self.kb.docs[s.doc_id], s) for s in self.kb.sections if visible_to(self.kb.docs[s.doc_id], role)]
+                heads = [(d.applies_to, f"{d.title}. {s.heading}") for d, s in seen]
+                texts = [(d.applies_to, f"{d.title}. {s.heading}. {s.text}") for d, s in seen]
+                reader = FacetReader(self.facet_phrases(role), scoped_context(heads), self.retriever.embed,
+                                     scoped_text=scoped_context(texts))
             self._facet_readers[role] = reader
         return self._facet_readers[role]
 

@@ -14,8 +14,14 @@ from typing import Callable
 
 import numpy as np
 
-from .language import asks_question, clauses, negated, run_on_pieces
+from kb.tokenize import content_terms
+
+from .language import asks_question, clauses, negated, run_on_pieces, specificity
+
 MAX_CONTEXT = 60  # scoped section headings embedded per value
+# How specific a caller's word must be (language.specificity: 1 for rare words) to name a value on
+# its own when the KB uses it only in pages scoped to that value ("hatchback", "landlord").
+TELLING = 0.6
 
 
 @dataclass(frozen=True)
@@ -30,10 +36,12 @@ class FacetReader:
     """Reads facet values from a caller's words for one KB view (role)."""
 
     def __init__(self, values: dict[str, dict[str, list[str]]], context: dict[str, dict[str, list[str]]],
-                 embed: Callable[[list[str]], np.ndarray], th: FacetThresholds = FacetThresholds()):
+                 embed: Callable[[list[str]], np.ndarray], th: FacetThresholds = FacetThresholds(),
+                 scoped_text: dict[str, dict[str, list[str]]] | None = None):
         """`values`: key -> value -> its spoken phrases; `context`: key -> value -> texts of the KB
-        scoped to that value (titles and headings)."""
+        scoped to that value (titles and headings); `scoped_text`: the same with the sections' text."""
         self._embed, self.th = embed, th
+        self._telling = {key: telling_terms(by_value) for key, by_value in (scoped_text or {}).items()}
         self._names: dict[str, dict[str, np.ndarray]] = {}
         self._context: dict[str, dict[str, np.ndarray]] = {}
         for key, by_value in values.items():
@@ -79,11 +87,29 @@ class FacetReader:
                         votes[value] = (gap, clause)
             if len(votes) == 1:  # clauses that point to different values say nothing for sure
                 found[key] = next(iter(votes))
+            elif not votes and prompted and (value := self._named_by_words(key, parts)):
+                found[key] = value
         return found
+
+    def _named_by_words(self, key: str, parts: list[str]) -> str | None:
+        """The one value whose pages alone use a specific word of the caller's answer ("a little
+        hatchback": only the standard group's pages name hatchbacks); None when the words point to
+        none or to several. A negated clause says what the caller is not, so it is not read."""
+        telling = self._telling.get(key, {})
+        words = {w.strip(",.;:!?'\"") for c in parts if not negated(c) for w in c.split()}
+        named = {v for w in words if w and specificity(w) >= TELLING
+                 for t in content_terms(w) for v, terms in telling.items() if t in terms}
+        return next(iter(named)) if len(named) == 1 else None
 
     def _negated(self, key: str, value: str, clause: str) -> str:
         others = [v for v in self._names[key] if v != value]
         return others[0] if negated(clause) and len(others) == 1 else value
+
+
+def telling_terms(texts_by_value: dict[str, list[str]]) -> dict[str, set[str]]:
+    """Per value, the terms the KB uses in pages scoped to it and in no page scoped to another value."""
+    terms = {v: {t for text in texts for t in content_terms(text)} for v, texts in texts_by_value.items()}
+    return {v: ts.difference(*(o for w, o in terms.items() if w != v)) for v, ts in terms.items()}
 
 
 def scoped_context(docs: list[tuple[dict[str, str], str]]) -> dict[str, dict[str, list[str]]]:

@@ -57,3 +57,24 @@ def test_a_facet_value_is_read_however_its_words_are_joined(said, value):
     vocab = facet_vocabulary(load_policy_config(), kb)
     assert value in stated_facets(said, vocab).values()
     assert stated_facets("it's a small-business line, is that standard?", vocab) == {"plan": "standard"}
+
+
+def _reader_with_text():
+    values = {"rental_type": {"standard": ["standard"], "van": ["van"]}}
+    heads = [({"rental_type": "standard"}, "Deposits"), ({"rental_type": "van"}, "Deposits")]
+    texts = scoped_context([({"rental_type": "standard"}, "Standard cars, from a small hatchback to an estate."),
+                            ({"rental_type": "van"}, "Vans for moving house, from a small panel van to a Luton."),
+                            ({"rental_type": "van"}, "Deposits for vans and for any car hired with a trailer.")])
+    return FacetReader(values, scoped_context(heads), embed, scoped_text=texts)
+
+
+def test_a_specific_word_only_one_values_pages_use_names_that_value_when_we_asked():
+    r = _reader_with_text()
+    assert r.read("just a little hatchback", prompted=True) == {"rental_type": "standard"}
+    assert r.read("the one with the trailer", prompted=True) == {"rental_type": "van"}
+    # unasked, a word names nothing; nor does a word both values' pages use ("small"), nor a negated one
+    assert r.read("just a little hatchback", prompted=False) == {}
+    assert r.read("a small one", prompted=True) == {}
+    assert r.read("not a hatchback", prompted=True) == {}
+    # words that point to both values say nothing for sure
+    assert r.read("a hatchback with a trailer", prompted=True) == {}
