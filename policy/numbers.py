@@ -8,7 +8,7 @@ turns, and the eval's evidence checks."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from text_to_num import alpha2digit
@@ -45,6 +45,7 @@ _BARE = re.compile(r"(?<![\w.])" + _NUM + r"(?![\w])")
 class Quantity:
     value: str  # canonical number text ("10", "7.5"); pence are pounds ("0.75")
     kind: str  # time | money | percent | data | speed | energy | number | date | clock
+    unit: str = field(default="", compare=False)  # the unit word, singular ("month" in "24 months")
 
     def __str__(self) -> str:
         return f"{self.value} ({self.kind})"
@@ -57,11 +58,15 @@ def _canon(num: str) -> str:
     return n or "0"
 
 
-def _unit_kind(unit: str) -> str:
-    u = unit.lower().split()[-1]  # "business days" is days
+def _unit_base(unit: str) -> str:
+    """The unit word, singular and whole: "business days" is "day", "hrs" is "hour"."""
+    u = unit.lower().split()[-1]
     u = {"mins": "minute", "min": "minute", "hrs": "hour", "hr": "hour"}.get(u, u)
-    u = u[:-1] if u.endswith("s") and u not in ("gbps", "mbps", "pence") else u
-    return _UNIT_KIND.get(u, "number")
+    return u[:-1] if u.endswith("s") and u not in ("gbps", "mbps", "pence") else u
+
+
+def _unit_kind(unit: str) -> str:
+    return _UNIT_KIND.get(_unit_base(unit), "number")
 
 
 # Small cardinals text2num leaves as words ("two guest tickets"); "one" stays a word ("no one").
@@ -106,7 +111,8 @@ def quantities(text: str) -> list[Quantity]:
         else:  # "5 to 10 business days": both ends are durations
             kind = _unit_kind(m.group("unit"))
             for num in filter(None, (m.group("num"), m.group("num2"))):
-                found.append(Quantity(_money_value(num, m.group("unit")) if kind == "money" else _canon(num), kind))
+                found.append(Quantity(_money_value(num, m.group("unit")) if kind == "money" else _canon(num), kind,
+                                      _unit_base(m.group("unit"))))
         spans.append(m.span())
     for m in _BARE.finditer(t):
         if not any(s <= m.start() < e for s, e in spans):
@@ -119,6 +125,21 @@ def _clock(m: re.Match[str]) -> str:
         return f"{int(m.group(4))}:{m.group(5)}"
     hour = int(m.group(1)) % 12 + (12 if m.group(3).lower().startswith("p") else 0)
     return f"{hour}:{m.group(2) or '00'}"
+
+
+# A month as 30 days and a year as 12 months: enough to tell that "two years" is "24 months".
+_DAYS = {"day": 1, "week": 7, "month": 30, "year": 360}
+
+
+def durations(text: str) -> set[float]:
+    """The lengths of time a text states, in days, however written: "the two-year one", "a one year
+    contract" and a facet value `24_month` all state 720."""
+    t = text.replace("-", " ").replace("_", " ")
+    try:
+        t = alpha2digit(t, "en", threshold=0)  # "one year" too: only numbers before a unit count here
+    except Exception:  # noqa: BLE001 - unparseable number words stay words
+        pass
+    return {float(q.value) * _DAYS[q.unit] for q in quantities(t) if q.kind == "time" and q.unit in _DAYS}
 
 
 def number_values(text: str) -> set[str]:

@@ -24,7 +24,7 @@ from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
 from .session_state import SessionState
 from .signals import (approval_action, disallowed_request, first_reading, human_requested, lexicon_words, small_talk,
-                      stated_facets, without_facet_phrases)
+                      stated_durations, stated_facets, without_facet_phrases)
 
 if TYPE_CHECKING:  # the engine creates sessions; a session only calls back into it
     from .engine import Engine
@@ -250,10 +250,12 @@ class Session:
         question's keys are read more readily than facets the caller volunteers."""
         eng = self.engine
         new = stated_facets(text, eng.facet_phrases(self.role), eng.facet_idioms(self.role))
+        asked = [k for k in self.pending_facets if k not in new] if self.pending_question else []
+        new.update(stated_durations(text, {k: v for k, v in eng.kb_facets(self.role).items() if k in asked}))
+        asked = [k for k in asked if k not in new]
         reader = eng.facet_reader(self.role)
         if reader is None:
             return new
-        asked = [k for k in self.pending_facets if k not in new] if self.pending_question else []
         if asked:
             new.update(reader.read(text, asked, prompted=True))
         unasked = [k for k in eng.kb_facets(self.role) if k not in new and k not in self.facets and k not in asked]

@@ -10,6 +10,7 @@ from kb.tokenize import STOPWORDS, content_terms
 
 from .config import PolicyConfig
 from .language import OPENERS, clauses, negated, normalize_text, without_openers
+from .numbers import durations
 
 
 @lru_cache(maxsize=256)
@@ -135,6 +136,19 @@ def _facet_mentions(t: str, vocab: dict[str, dict[str, list[str]]], idioms: dict
                         if spans is not None:
                             spans.append(m.span())
     return mentions
+
+
+def stated_durations(text: str, values: dict[str, set[str]]) -> dict[str, str]:
+    """For keys whose values are lengths of time (`12_month`, `24_month`), the one value whose length
+    the text states however said ("the two-year one"), in a clause that does not negate it. Read only
+    for a key we asked about: unasked, "can I leave within a year?" names no contract."""
+    said = set().union(*(durations(c) for c in clauses(text) if not negated(c)))
+    found = {}
+    for key, vals in values.items():
+        named = {v for v in vals if durations(v) & said}
+        if len(named) == 1:
+            found[key] = next(iter(named))
+    return found
 
 
 def _negated_mention(before: str) -> bool:

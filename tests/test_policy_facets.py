@@ -78,3 +78,15 @@ def test_a_specific_word_only_one_values_pages_use_names_that_value_when_we_aske
     assert r.read("not a hatchback", prompted=True) == {}
     # words that point to both values say nothing for sure
     assert r.read("a hatchback with a trailer", prompted=True) == {}
+
+
+@pytest.mark.parametrize("said, value", [("I'm on the two year one", "24_month"), ("one-year contract, please", "12_month"),
+                                         ("the 24 month one", "24_month"), ("eighteen months", None),
+                                         ("not the two year one", None),
+                                         # a second length of time leaves it open: which is the contract?
+                                         ("the two year one, there's about a year left on it", None)])
+def test_a_length_of_time_names_the_value_that_is_that_length(said, value):
+    from policy.signals import stated_durations
+
+    found = stated_durations(said, {"contract": {"12_month", "24_month"}, "plan": {"monthly", "prepaid"}})
+    assert found == ({"contract": value} if value else {})

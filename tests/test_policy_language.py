@@ -151,3 +151,13 @@ def test_negation(text, expected):
 ])
 def test_small_talk_reads_each_clause(text, expected):
     assert small_talk(text) == expected
+
+
+@pytest.mark.unit
+def test_durations_compare_lengths_of_time_however_written():
+    from policy.numbers import durations
+
+    assert durations("the two-year deal") == durations("24_month") == durations("a 24 month contract") == {720.0}
+    assert durations("one year") == durations("12 months") == {360.0}
+    assert durations("a fortnight") == {14.0}
+    assert durations("no one knows") == durations("£12") == set()
