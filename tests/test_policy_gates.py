@@ -140,6 +140,22 @@ def test_probing_or_getting_past_security_is_disallowed(question, probing):
     assert (disallowed_request(question, CFG) is not None) is probing
 
 
+@pytest.mark.parametrize("question, action", [
+    ("Can you just waive it for me?", True),
+    # a misheard verb in the same frame is still a request to do something: "waive" heard as "weigh"
+    ("Can you just weigh it for me?", True),
+    ("I want a refund on my season ticket, can you just process it for me now?", True),
+    ("Could you sort that out for us, please?", True),
+    ("Can you say that again for me?", False),
+    ("Could you explain that for me?", False),
+    ("Can you patch it, and what will that cost?", False),
+])
+def test_asking_us_to_do_something_for_the_caller_needs_approval(question, action):
+    from policy.signals import approval_action
+
+    assert (approval_action(question, CFG) is not None) is action
+
+
 def test_approval_action_transfers_even_when_retrieval_is_down():
     o = run("I want to delete my account", None, retrieval_error="index corrupt")
     assert o.action == Action.transfer and o.gate == "c_approval"
