@@ -62,7 +62,9 @@ def test_human_request_transfers_even_with_perfect_evidence():
                                     "receptionist, please", "I need to speak with somebody from your team",
                                     "could you pass me over to one of your colleagues",
                                     "I'd prefer to deal with a person", "can I have a word with a real advisor",
-                                    "never mind, I'd rather ask a person", "let me ask someone in your team"])
+                                    "never mind, I'd rather ask a person", "let me ask someone in your team",
+                                    "is there an operator I can talk to about my parcel",
+                                    "I'd rather speak to one of the nurses about this"])
 def test_human_request_phrasings(phrase):
     assert run(phrase, result()).action == Action.transfer
 
@@ -70,7 +72,9 @@ def test_human_request_phrasings(phrase):
 @pytest.mark.parametrize("phrase", ["who was the operator before you took over the network",
                                     "how many human operators did the old exchanges need",
                                     "how much can the desk knock off without having to ask a manager",
-                                    "can I ask someone else to collect my parcel"])
+                                    "can I ask someone else to collect my parcel",
+                                    "I spoke to one of your engineers yesterday",
+                                    "is there anything I can talk to you about"])
 def test_naming_a_person_is_not_asking_for_one(phrase):
     assert run(phrase, result()).gate != "a_human"
 
