@@ -87,8 +87,8 @@ class FacetReader:
                         votes[value] = (gap, clause)
             if len(votes) == 1:  # clauses that point to different values say nothing for sure
                 found[key] = next(iter(votes))
-            elif not votes and prompted and (value := self._named_by_words(key, parts)):
-                found[key] = value
+            elif not votes and prompted and (named := self._named_by_words(key, parts)):
+                found[key] = named
         return found
 
     def _named_by_words(self, key: str, parts: list[str]) -> str | None:
