@@ -153,6 +153,11 @@ def test_probing_or_getting_past_security_is_disallowed(question, probing):
     ("Can you say that again for me?", False),
     ("Could you explain that for me?", False),
     ("Can you patch it, and what will that cost?", False),
+    ("Can you just bump me up to the faster plan now?", True),
+    ("I want to appeal it", True),
+    ("How do I appeal a parking ticket?", False),
+    ("Can you read me out the terms?", False),
+    ("Can you help me out with my bill?", False),
 ])
 def test_asking_us_to_do_something_for_the_caller_needs_approval(question, action):
     from policy.signals import approval_action
