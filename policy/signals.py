@@ -142,10 +142,13 @@ def stated_durations(text: str, values: dict[str, set[str]]) -> dict[str, str]:
     """For keys whose values are lengths of time (`12_month`, `24_month`), the one value whose length
     the text states however said ("the two-year one"), in a clause that does not negate it. Read only
     for a key we asked about: unasked, "can I leave within a year?" names no contract."""
+    timed = {key: {v: d for v in vals if (d := durations(v))} for key, vals in values.items()}
+    if not any(timed.values()):  # most keys are not lengths of time: the turn need not be read
+        return {}
     said = set().union(*(durations(c) for c in clauses(text) if not negated(c)))
     found = {}
-    for key, vals in values.items():
-        named = {v for v in vals if durations(v) & said}
+    for key, by_value in timed.items():
+        named = {v for v, d in by_value.items() if d & said}
         if len(named) == 1:
             found[key] = next(iter(named))
     return found
