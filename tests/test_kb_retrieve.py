@@ -1,131 +1,16 @@
-"""Hybrid retrieval: ACL isolation, status/date, facets, fusion, cache, fallbacks."""
+"""Hybrid retrieval: ACL isolation, status/date, facets, fusion, fallbacks (the embedding cache has its own tests)."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from kb import cache as emb_cache
 from kb.embed import EmbeddingUnavailable
 from kb.loader import load_kb
 from kb.models import EffectiveStatus, RetrievalUnavailable
 from kb.retrieve import Retriever, rrf
-
-DAY = dt.date(2026, 6, 1)
-
-DOCS = {
-    "billing/refund-personal.md": """---
-id: refund-personal
-title: Early cancellation refunds for personal annual plans
-version: "2026-02"
-effective_from: 2026-02-01
-supersedes: [refund-old]
-applies_to: {customer_type: personal}
-risk: medium
-handoff_team: billing
----
-# Who can get a refund
-Personal customers who paid for an annual plan upfront get a refund for the full months left when they cancel.
-
-# When the money arrives
-Refunds reach the original card within 5 to 10 business days. A $30 fee is deducted.
-""",
-    "billing/refund-business.md": """---
-id: refund-business
-title: Ending a business contract early
-applies_to: {customer_type: business}
----
-# Termination fee
-Business customers who end a contract before the minimum term pay 50% of the remaining monthly charges.
-""",
-    "billing/refund-old.md": """---
-id: refund-old
-title: Refund policy 2025
-version: "2025-01"
----
-# Refunds
-All cancellations of annual plans were refunded within 14 days with no fee.
-""",
-    "home/router.md": """---
-id: router-reset
-title: Factory reset of the home router
----
-# Factory reset
-Hold the reset button on the back of the Hub 3 router for 15 seconds until the light turns purple.
-""",
-    "plans/loyalty-draft.md": """---
-id: loyalty-draft
-title: Loyalty rewards programme
-status: draft
----
-# Points
-Customers will earn loyalty points for every month on an annual plan.
-""",
-    "plans/summer-promo.md": """---
-id: summer-promo
-title: Summer double data promotion
-effective_from: 2026-07-01
-effective_until: 2026-08-31
----
-# Double data
-Monthly plans get double data allowance during the summer promotion.
-""",
-    "plans/spring-promo.md": """---
-id: spring-promo
-title: Spring roaming promotion
-effective_until: 2026-04-30
----
-# Free roaming days
-Roaming in Europe was free for three days on monthly plans during spring.
-""",
-}
-
-SECRET = """---
-id: internal-refund-override
-title: Internal refund override codes for annual plan cancellation
-acl: [agent]
----
-# Override refund on annual plan cancel
-Agents can refund a cancelled annual plan in full with override code ZETA-REFUND-9 at Sentinelworks.
-"""
-
-QUESTION = "Can I get a refund if I cancel my annual plan?"
-
-
-def make_kb(root: Path, with_secret: bool = True) -> Path:
-    for rel, text in DOCS.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    if with_secret:
-        (root / "internal").mkdir(exist_ok=True)
-        (root / "internal" / "override.md").write_text(SECRET, encoding="utf-8")
-    return root
-
-
-@pytest.fixture(scope="module")
-def kb_dirs(tmp_path_factory):
-    base = tmp_path_factory.mktemp("kbs")
-    return make_kb(base / "with"), make_kb(base / "without", with_secret=False)
-
-
-@pytest.fixture(scope="module")
-def lexical(kb_dirs):
-    return Retriever(load_kb(kb_dirs[0]), dense=False)
-
-
-@pytest.fixture(scope="module")
-def dense(kb_dirs, tmp_path_factory):
-    r = Retriever(load_kb(kb_dirs[0]), cache_dir=tmp_path_factory.mktemp("cache"))
-    assert r.dense_available, r.dense_error
-    return r
-
-
-def scores(res):
-    return {h.locator: (h.lexical_score, h.dense_score, h.lexical_rank, h.dense_rank, h.fused_rank) for h in res.hits}
+from tests.retrieve_fixtures import DAY, dense, kb_dirs, lexical, QUESTION, scores
 
 
 # ----------------------------------------------------------------------------- ACL
@@ -309,74 +194,6 @@ def test_dense_model_failing_to_load_falls_back(kb_dirs, monkeypatch, tmp_path):
     assert res.hits[0].doc_id == "refund-personal" and res.hits[0].dense_score is None
     with pytest.raises(EmbeddingUnavailable):
         r.embed(["hello"])
-
-
-# ----------------------------------------------------------------------------- cache
-
-
-@pytest.mark.slow
-def test_cache_reused_on_second_start_and_corruption_rebuilt(kb_dirs, tmp_path, monkeypatch):
-    from kb.embed import Embedder
-
-    kb = load_kb(kb_dirs[0])
-    first = Retriever(kb, cache_dir=tmp_path)
-    assert first.cache_status == "miss" and first.dense_available
-    (npy,) = list((tmp_path / "embeddings").glob("*.npy"))
-    assert npy.name.startswith(kb.kb_version)
-    expected = first.search(QUESTION, on_date=DAY)
-
-    real_embed = Embedder.embed
-    calls: list[int] = []
-
-    def counting(self, texts, progress=None):
-        calls.append(len(texts))
-        return real_embed(self, texts, progress)
-
-    monkeypatch.setattr(Embedder, "embed", counting)
-    second = Retriever(kb, cache_dir=tmp_path)
-    assert second.cache_status == "hit" and calls == []  # no section was re-embedded
-    assert scores(second.search(QUESTION, on_date=DAY)) == scores(expected)
-    assert calls == [1]  # only the query
-
-    # flip bytes inside the array: checksum catches it, sections are re-embedded
-    raw = bytearray(npy.read_bytes())
-    raw[-8:] = b"\x00\x00\xc0\x7f" * 2
-    npy.write_bytes(bytes(raw))
-    calls.clear()
-    third = Retriever(kb, cache_dir=tmp_path)
-    assert third.cache_status == "rebuilt" and calls == [len(kb.sections)]
-    assert scores(third.search(QUESTION, on_date=DAY)).keys() == scores(expected).keys()
-
-    # a manifest that lies about the shape is not trusted either
-    man = npy.with_suffix(".json")
-    m = json.loads(man.read_text())
-    m["dim"] = 12
-    man.write_text(json.dumps(m))
-    arr, why = emb_cache.load_embeddings(tmp_path, kb.kb_version, third._embedder.model_id,
-                                         [f"x{i}" for i in range(len(kb.sections))])
-    assert arr is None and why.startswith(("corrupt", "stale"))
-
-
-@pytest.mark.unit
-def test_cache_roundtrip_and_checks(tmp_path):
-    texts = ["a", "b", "c"]
-    arr = np.random.default_rng(0).standard_normal((3, 384)).astype(np.float32)
-    emb_cache.save_embeddings(tmp_path, "kb-abc", "model", texts, arr)
-    got, why = emb_cache.load_embeddings(tmp_path, "kb-abc", "model", texts)
-    assert why == "hit" and np.array_equal(got, arr)
-    assert emb_cache.load_embeddings(tmp_path, "kb-abc", "model", ["a", "b", "d"])[1].startswith("stale")
-    assert emb_cache.load_embeddings(tmp_path, "kb-other", "model", texts)[1] == "miss"
-    npy, _ = emb_cache.cache_paths(tmp_path, "kb-abc", "model")
-    npy.write_bytes(npy.read_bytes()[:-10])  # truncated
-    assert emb_cache.load_embeddings(tmp_path, "kb-abc", "model", texts)[0] is None
-
-
-@pytest.mark.unit
-def test_cache_root_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("VOICE_AGENT_CACHE", str(tmp_path))
-    assert emb_cache.cache_root() == tmp_path
-    monkeypatch.delenv("VOICE_AGENT_CACHE")
-    assert emb_cache.cache_root() == Path.home() / ".cache" / "voice_agent"
 
 
 @pytest.mark.unit

@@ -214,11 +214,68 @@ def test_bench_load_reports_busy_past_capacity():
     assert 0 < s["p50_ms"] < 10000 and s["rss_mb"] > 50
 
 
+async def _stream_realtime(ws, audio: bytes) -> None:
+    """Send 16 kHz PCM16 in 20 ms frames at the pace a caller speaks."""
+    t0 = time.monotonic()
+    for k, i in enumerate(range(0, len(audio), 640)):
+        await asyncio.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
+        await ws.send(audio[i:i + 640])
+
+
+async def _talk_over_the_reply(port: int, question: bytes, interrupt: bytes) -> list[str]:
+    """Ask, then talk over the reply half a second into it: the event types the server sent."""
+    from websockets.asyncio.client import connect
+
+    kinds: list[str] = []
+    async with connect(f"ws://127.0.0.1:{port}/v1/call", compression=None) as ws:
+        await ws.send(json.dumps({"type": "start"}))
+        await ws.recv()
+        sender = asyncio.create_task(_stream_realtime(ws, question))
+        async for m in ws:
+            if isinstance(m, str):
+                kinds.append(json.loads(m)["type"])
+                if kinds[-1] == "audio":
+                    break
+        await sender
+        await asyncio.sleep(0.5)
+        sender = asyncio.create_task(_stream_realtime(ws, interrupt))
+        async with asyncio.timeout(30):
+            async for m in ws:
+                if isinstance(m, str):
+                    kinds.append(json.loads(m)["type"])
+                    if kinds.count("decision") == 2:
+                        break
+        await sender
+    return kinds
+
+
+async def _hang_up_mid_turn(port: int, question: bytes) -> dict:
+    """Start a turn, then let the TCP connection die without a close frame: the health report
+    once the server has noticed (or after 10 s)."""
+    import urllib.request
+
+    from websockets.asyncio.client import connect
+
+    ws = await connect(f"ws://127.0.0.1:{port}/v1/call", compression=None)
+    await ws.send(json.dumps({"type": "start"}))
+    await ws.recv()
+    for i in range(0, len(question), 640):
+        await ws.send(question[i:i + 640])
+    ws.transport.abort()
+
+    def health() -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
+            return json.load(r)
+
+    deadline = time.monotonic() + 10
+    while (h := await asyncio.to_thread(health))["active_calls"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return h
+
+
 def test_barge_in_clears_the_reply_and_abrupt_hangup_frees_the_slot(server, tmp_path):
     """Realtime: the caller talks over the agent's reply → `clear`; then the caller vanishes
     mid-turn without a close frame → the call slot is freed and the server keeps serving."""
-    import urllib.request
-
     from voice_agent.audio import float_to_pcm16, resample
 
     def pcm(case: str, text: str, tail_s: float) -> bytes:
@@ -228,56 +285,10 @@ def test_barge_in_clears_the_reply_and_abrupt_hangup_frees_the_slot(server, tmp_
     question = pcm("voicemail-question", "How do I set up my voicemail?", 0.8)
     interrupt = pcm("hu01", "Let me talk to a real person.", 0.8)
     port = server["port"]
-
-    async def stream(ws, audio: bytes) -> None:
-        t0 = time.monotonic()
-        for k, i in enumerate(range(0, len(audio), 640)):
-            await asyncio.sleep(max(0.0, t0 + k * 0.02 - time.monotonic()))
-            await ws.send(audio[i:i + 640])
-
-    async def go():
-        from websockets.asyncio.client import connect
-
-        kinds: list[str] = []
-        async with connect(f"ws://127.0.0.1:{port}/v1/call", compression=None) as ws:
-            await ws.send(json.dumps({"type": "start"}))
-            await ws.recv()
-            sender = asyncio.create_task(stream(ws, question))
-            async for m in ws:
-                if isinstance(m, str):
-                    kinds.append(json.loads(m)["type"])
-                    if kinds[-1] == "audio":
-                        break
-            await sender
-            await asyncio.sleep(0.5)  # half a second into the reply, the caller talks over it
-            sender = asyncio.create_task(stream(ws, interrupt))
-            async with asyncio.timeout(30):
-                async for m in ws:
-                    if isinstance(m, str):
-                        kinds.append(json.loads(m)["type"])
-                        if kinds.count("decision") == 2:
-                            break
-            await sender
-        assert "clear" in kinds, kinds
-        assert kinds.index("clear") < len(kinds) - 1 - kinds[::-1].index("decision")  # clear before the 2nd decision
-
-        # Abrupt hang-up mid-turn: the TCP connection dies without a close frame.
-        ws = await connect(f"ws://127.0.0.1:{port}/v1/call", compression=None)
-        await ws.send(json.dumps({"type": "start"}))
-        await ws.recv()
-        for i in range(0, len(question), 640):
-            await ws.send(question[i:i + 640])
-        ws.transport.abort()
-
-        def health() -> dict:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as r:
-                return json.load(r)
-
-        deadline = time.monotonic() + 10
-        while (h := await asyncio.to_thread(health))["active_calls"] and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        assert h["active_calls"] == 0 and h["ok"]
-
-    asyncio.run(go())
+    kinds = asyncio.run(_talk_over_the_reply(port, question, interrupt))
+    assert "clear" in kinds, kinds
+    assert kinds.index("clear") < len(kinds) - 1 - kinds[::-1].index("decision")  # clear before the 2nd decision
+    h = asyncio.run(_hang_up_mid_turn(port, question))
+    assert h["active_calls"] == 0 and h["ok"]
     after = asyncio.run(stream_call(f"ws://127.0.0.1:{port}/v1/call", texts=["When is my bill due?"], realtime=False, timeout_s=60))
     assert after.decisions and after.close_code == 1000

@@ -1,6 +1,6 @@
 """The layout's rules, checked on the source: arrows run one way (transport → call → policy → kb,
 evaluation → policy), no import cycles, no import of another module's private name, no file over
-400 lines, no function over 60, and every package says what it owns."""
+400 lines and no function over 60 (tests and scripts too), and every package says what it owns."""
 from __future__ import annotations
 
 import ast
@@ -117,8 +117,10 @@ def test_no_module_imports_another_modules_private_name():
 
 
 def test_files_and_functions_stay_small():
+    """The packages, the tests, the scripts and run.py alike."""
     big = []
-    for name, path in MODULES.items():
+    extra = [*sorted((ROOT / "tests").glob("*.py")), *sorted((ROOT / "scripts").glob("*.py")), ROOT / "run.py"]
+    for path in [*MODULES.values(), *extra]:
         tree = ast.parse(path.read_text())
         lines = len(path.read_text().splitlines())
         if lines > 400:
