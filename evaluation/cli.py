@@ -13,7 +13,7 @@ from .corpus_audio import audio_corpus, format_audio_corpus
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
 from .punctuation import format_shifts, punctuation_shift
-from .train import fit_on_domains
+from .train import fit_all
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 def _fitter(args: argparse.Namespace) -> Fitter | None:
     if args.no_refit:
         return None
-    return fit_on_domains
+    return fit_all
 
 
 def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:

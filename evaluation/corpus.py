@@ -18,6 +18,7 @@ from evaluation.evaluate import costs_of, evaluate, scratch
 from evaluation.metrics import CaseResult, Metrics, RateKey
 from policy.engine import Engine
 from policy.scorer import Scorer
+from policy.urgency import UrgencyProbe
 
 from .leaks import LeakCheck
 
@@ -113,7 +114,22 @@ def score_domain(engine: Engine, d: Domain, *, baselines: bool = True) -> tuple[
     return m, results
 
 
-Fitter = Callable[[list[Domain], "Engines"], Scorer]  # training domains -> a scorer for the held-out one
+@dataclass
+class Fitted:
+    """What the other domains teach, for a held-out one: the answerability scorer and, when it
+    could be fitted, the urgency probe."""
+
+    scorer: Scorer
+    urgency: UrgencyProbe | None = None
+
+    def apply(self, engine: Engine) -> None:
+        engine.scorer = self.scorer
+        if self.urgency is not None:
+            engine.urgency = self.urgency
+            engine.forget_intents()
+
+
+Fitter = Callable[[list[Domain], "Engines"], Fitted]  # training domains -> what the held-out one is scored with
 
 
 def leave_one_out(domains: list[Domain], engines: Engines, fit: Fitter | None,
@@ -124,7 +140,7 @@ def leave_one_out(domains: list[Domain], engines: Engines, fit: Fitter | None,
     for d in domains:
         engine = engines.get(d)
         if fit is not None:
-            engine.scorer = fit([x for x in train_pool if x.name != d.name], engines)
+            fit([x for x in train_pool if x.name != d.name], engines).apply(engine)
         per[d.name], _ = score_domain(engine, d, baselines=baselines)
         per[d.name]["sealed"] = d.sealed
         if d.sealed:  # a sealed domain is scored, never read case by case

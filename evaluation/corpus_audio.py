@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from policy.config import Costs
-from policy.scorer import Scorer
 
 from .audio_gap import GapRow, Pair, channel_reader, format_gap, gap_rows, hearing_lines, reheard_line, text_twins
-from .corpus import Domain, Engines, Fitter
+from .corpus import Domain, Engines, Fitted, Fitter
 from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
 from .metrics import CaseResult
 
@@ -30,13 +29,13 @@ class DomainAudio:
 
 
 def score_domain_audio(d: Domain, folder: Path, audio_setup: AudioSetup,
-                       fitted: Callable[[], Scorer] | None) -> DomainAudio:
+                       fitted: Callable[[], Fitted] | None) -> DomainAudio:
     cases = [c for c in d.cases if (folder / f"{c.id}.wav").is_file() and not c.faults]
     engine, runner = audio_setup(str(d.kb), tempfile.mkdtemp(prefix=f"voice-agent-audio-{d.name}-"), None,
                                  d.cases.today, "public", MAX_AUDIO_S)
     try:
         if fitted is not None:
-            engine.scorer = fitted()  # fitted without this domain
+            fitted().apply(engine)  # fitted without this domain
         scratch(engine)
         results = run_cases(engine, cases, audio_dir=folder, audio_runner=runner)
     finally:

@@ -31,13 +31,14 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from evaluation.cases import Case, CasesError
-from evaluation.corpus import Domain, Engines, discover
+from evaluation.corpus import Domain, Engines, Fitted, discover
 from kb.models import Hit
 from policy.decision import Action
 from policy.engine import Engine
 from policy.evidence import GradedHit
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree, logit
+from policy.urgency import DEFAULT_URGENCY_FILE
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -213,6 +214,13 @@ def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:
     return scorer
 
 
+def fit_all(domains: list[Domain], engines: Engines) -> Fitted:
+    """The scorer and the urgency probe for a held-out domain, both fitted on these domains only."""
+    from evaluation.urgency_fit import fit_urgency
+
+    return Fitted(fit_on_domains(domains, engines), fit_urgency(domains, engines))
+
+
 def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]]:
     """Per turn, the probability that the most likely document answers (noisy-or over its
     sections, as the gates compute it) and whether answering from it is right (an answer turn
@@ -243,35 +251,56 @@ def calibrate_turns(pairs: list[tuple[float, int]]) -> tuple[float, float]:
     return (float(model.coef_[0][0]), float(model.intercept_[0]))
 
 
+def _write(target: Path, payload: object) -> int:
+    try:
+        target.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    except OSError as exc:
+        print(f"error: --out {target}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {target}")
+    return 0
+
+
+def _fit_scorer(domains: list[Domain], target: Path | None) -> int:
+    scorer = fit_on_domains(domains, Engines())
+    print(f"fitted on {scorer.meta['examples']} sections ({scorer.meta['positives']} answering) "
+          f"from {', '.join(cast('list[str]', scorer.meta['domains']))}")  # as fit() wrote them
+    for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):
+        print(f"  {name:<14}{weight:.3f} importance")
+    return _write(target, scorer.to_json()) if target else 0
+
+
+def _fit_urgency(domains: list[Domain], target: Path | None) -> int:
+    from evaluation.urgency_fit import fit_urgency
+
+    probe = fit_urgency(domains, Engines())
+    if probe is None:
+        print("error: no urgency probe: the dense model is unavailable, or no case has a high-risk turn "
+              "to transfer", file=sys.stderr)
+        return 2
+    print(f"fitted the urgency probe on {probe.meta['turns']} turns ({probe.meta['urgent']} urgent) "
+          f"from {', '.join(cast('list[str]', probe.meta['domains']))}")
+    return _write(target, probe.to_json()) if target else 0
+
+
 def cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="run.py train", description="Fit the answerability scorer on a corpus.")
+    p = argparse.ArgumentParser(prog="run.py train", description="Fit the answerability scorer (or, with "
+                                "--urgency, the urgency probe) on a corpus.")
     p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
-    p.add_argument("--write", action="store_true", help=f"write the scorer to {DEFAULT_MODEL_FILE.name}")
-    p.add_argument("--out", help="write the scorer here instead")
+    p.add_argument("--urgency", action="store_true",
+                   help=f"fit the urgency probe ({DEFAULT_URGENCY_FILE.name}) instead of the scorer")
+    p.add_argument("--write", action="store_true",
+                   help=f"write it to {DEFAULT_MODEL_FILE.name} ({DEFAULT_URGENCY_FILE.name} with --urgency)")
+    p.add_argument("--out", help="write it here instead")
     args = p.parse_args(argv)
-    target = Path(args.out) if args.out else (DEFAULT_MODEL_FILE if args.write else None)
+    default = DEFAULT_URGENCY_FILE if args.urgency else DEFAULT_MODEL_FILE
+    target = Path(args.out) if args.out else (default if args.write else None)
     if target is not None and not (target.parent.is_dir() and os.access(target.parent, os.W_OK)):
         print(f"error: --out {target}: cannot write there (no such folder, or no permission)", file=sys.stderr)
         return 2  # said before minutes of fitting, not after
     try:
         domains = discover(args.corpus)
-    except CasesError as exc:
+        return (_fit_urgency if args.urgency else _fit_scorer)(domains, target)
+    except (CasesError, ValueError) as exc:  # a bad corpus; cases that mark no section as answering
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        scorer = fit_on_domains(domains, Engines())
-    except ValueError as exc:  # e.g. the cases mark no section as answering
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"fitted on {scorer.meta['examples']} sections ({scorer.meta['positives']} answering) "
-          f"from {', '.join(cast('list[str]', scorer.meta['domains']))}")  # as fit() wrote them
-    for name, weight in sorted(zip(scorer.features, scorer.coef), key=lambda x: -abs(x[1])):
-        print(f"  {name:<14}{weight:.3f} importance")
-    if target:
-        try:
-            target.write_text(json.dumps(scorer.to_json(), indent=1) + "\n", encoding="utf-8")
-        except OSError as exc:
-            print(f"error: --out {target}: {exc.strerror or exc}", file=sys.stderr)
-            return 1
-        print(f"wrote {target}")
-    return 0

@@ -24,6 +24,7 @@ class Thresholds(BaseModel):
     facet_floor: float = 0.35  # ... if at least this likely
     clarified_p: float = 0.5  # a page our clarify was asked for answers, once the caller has said which applies
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
+    urgent_p: float = 0.8  # a turn the urgency probe (policy/urgency.py) puts at least this likely goes to a person
     risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
     threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer
     answer_coverage: float = 0.60  # `--policy minimal`: key-term coverage needed to answer

@@ -24,6 +24,7 @@ from .session_state import SessionState, new_session_id
 from .signals import facet_idioms, facet_vocabulary
 from .store_api import HandoffStore
 from .store_embedded import EmbeddedStore
+from .urgency import UrgencyProbe, load_urgency
 
 __all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
@@ -37,9 +38,11 @@ class UnknownRole(ValueError):
 class Engine:
     def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
                  state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False,
-                 scorer: Scorer | None = None, store: HandoffStore | None = None):
+                 scorer: Scorer | None = None, store: HandoffStore | None = None,
+                 urgency: UrgencyProbe | None = None):
         self.kb = kb
         self.scorer = scorer or load_scorer(kb.root)  # whether a section answers (evaluation/train.py)
+        self.urgency = urgency or load_urgency()  # whether the caller is in danger (evaluation/urgency_fit.py)
         self.retriever = retriever
         self.config = config
         self.state_dir = Path(state_dir)
@@ -100,7 +103,7 @@ class Engine:
         # a given store is shared; the default files get store objects of their own (a sweep's
         # `scratch` turns their fsync off without touching this engine's)
         other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date, scorer=self.scorer,
-                       store=self._given_store)
+                       store=self._given_store, urgency=self.urgency)
         other._soft = self._soft
         return other
 
@@ -203,8 +206,17 @@ class Engine:
         if key not in self._intent_memo:
             if len(self._intent_memo) > 256:
                 self._intent_memo.clear()
-            self._intent_memo[key] = self._intents.detect(key)
+            found = self._intents.detect(key)
+            if self.urgency is not None and key:
+                p = self.urgency.probability(self.retriever.embed([key])[0])
+                if p >= self.config.thresholds.urgent_p:
+                    found["urgent"] = p
+            self._intent_memo[key] = found
         return self._intent_memo[key]
+
+    def forget_intents(self) -> None:
+        """Drop the turns' remembered intents (the urgency probe was replaced)."""
+        self._intent_memo.clear()
 
     def warmup(self) -> None:
         """Load what the first turn would otherwise load on the caller's time (word frequencies,

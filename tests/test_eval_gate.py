@@ -27,11 +27,11 @@ MAX_UNSAFE_IN_ALL = 34
 @pytest.fixture(scope="module")
 def per_domain(tmp_path_factory):
     from evaluation.corpus import Engines, discover, leave_one_out
-    from evaluation.train import fit_on_domains
+    from evaluation.train import fit_all
 
     domains = discover(CORPUS)
     assert len(domains) >= 6
-    return leave_one_out(domains, Engines(tmp_path_factory.mktemp("state")), fit_on_domains)
+    return leave_one_out(domains, Engines(tmp_path_factory.mktemp("state")), fit_all)
 
 
 def _table(per: dict) -> str:

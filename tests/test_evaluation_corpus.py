@@ -243,3 +243,20 @@ def test_corpus_command_scores_leave_one_out_and_gates_the_worst(tmp_path):
     assert set(res["domains"]) == {"telecom", "clinic", "bank"}
     assert all(m["leaks"] == 0 for m in res["domains"].values())
     assert (out / "corpus.png").stat().st_size > 5000 and json.loads((out / "corpus.json").read_text())
+
+
+@pytest.mark.slow
+def test_train_urgency_fits_on_the_given_domains_only(tmp_path, capsys):
+    """`run.py train --urgency --out FILE`: a probe fitted on two domains' turns, loadable by the policy."""
+    from evaluation.train import cli
+    from policy.urgency import load_urgency
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for name in ("vet", "water"):
+        (corpus / name).symlink_to(ROOT / "fixtures" / "domains" / name)
+    out = tmp_path / "urgency.json"
+    assert cli(["--corpus", str(corpus), "--urgency", "--out", str(out)]) == 0
+    probe = load_urgency(out)
+    assert probe is not None and probe.meta["domains"] == ["vet", "water"] and probe.meta["urgent"] > 0
+    assert "urgent)" in capsys.readouterr().out

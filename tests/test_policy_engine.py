@@ -311,5 +311,5 @@ def test_distress_said_in_a_run_on_transcript_still_goes_to_a_person(engine):
     """ASR may write no punctuation: the short "I'm scared" must not drown in the long clause before it."""
     said = "Some lads on my estate keep shouting racist stuff at me and said they'll put my windows in I'm scared to go out"
     assert engine.session().turn(said).decision.action.value == "transfer"
-    assert engine.session().turn(said.replace("I'm scared to go out", "what do I do")).decision.action.value \
-        != "transfer"
+    assert "distress" in engine.intents(said)  # by the examples, from the piece cut before "I'm"
+    assert "distress" not in engine.intents(said.replace("I'm scared to go out", "what do I do"))
