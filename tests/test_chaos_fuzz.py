@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
-from test_server_protocol import FakeRuntime, collect_until_close, connect
+from tests.server_fakes import FakeRuntime, collect_until_close, connect
 from voice_agent.transport.config import ServerConfig
 from voice_agent.transport.server import ServerState, open_server, server_port
 

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from policy.store_embedded import EmbeddedStore
-from test_server_protocol import FakeRuntime, collect_until_close, connect, recv_json
+from tests.server_fakes import FakeRuntime, collect_until_close, connect, recv_json
 from voice_agent.transport.config import ServerConfig
 from voice_agent.transport.server import ServerState, open_server, server_port
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from test_server_protocol import Srv, collect_until_close, connect, recv_json, run
+from tests.server_fakes import Srv, collect_until_close, connect, recv_json, run
 from voice_agent.interfaces import ManualClock
 from voice_agent.transport.admission import AddressGuard, AddressLimits
 

@@ -1,6 +1,6 @@
 """Resuming a native call on another server (voice_agent/transport/resume.py), in-process on
 loopback: two servers over one real store (the embedded files, as two processes would open them),
-the fake call of test_server_protocol.py standing in for the voice pipeline. The real pipeline,
+the fake call of tests/server_fakes.py standing in for the voice pipeline. The real pipeline,
 real processes and PostgreSQL are in test_resume_kill.py."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from policy.store_embedded import EmbeddedStore
-from test_server_protocol import Srv, collect_until_close, connect, recv_json, run
+from tests.server_fakes import Srv, collect_until_close, connect, recv_json, run
 
 pytestmark = [pytest.mark.server]
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.test_server_protocol import Srv, connect, until
+from tests.server_fakes import Srv, connect, until
 from tests.twilio_helpers import SID, StandIn, TwilioPeer, basic_auth, twilio_section
 from voice_agent.transport.twilio_transfer import REDIRECT_FAILED_MESSAGE
 
