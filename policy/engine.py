@@ -197,16 +197,17 @@ class Engine:
             h.focus_scores = units.scores(h.locator, vec)
 
     def intents(self, text: str) -> dict[str, float]:
-        """Intents this turn has by meaning (policy file `intents`); none without the dense model."""
-        if not self.retriever.model_id or not self.config.intents:
+        """Intents this turn has by meaning (policy file `intents`), and "urgent" from the urgency
+        probe, which needs no examples; none without the dense model."""
+        if not self.retriever.model_id:
             return {}
-        if self._intents is None:
+        if self._intents is None and self.config.intents:
             self._intents = IntentReader(self.config.intents, self.retriever.embed)
         key = normalize_text(text)  # a turn asks twice (as said, then as decided): one embedding
         if key not in self._intent_memo:
             if len(self._intent_memo) > 256:
                 self._intent_memo.clear()
-            found = self._intents.detect(key)
+            found = self._intents.detect(key) if self._intents is not None else {}
             if self.urgency is not None and key:
                 p = self.urgency.probability(self.retriever.embed([key])[0])
                 if p >= self.config.thresholds.urgent_p:

@@ -74,3 +74,12 @@ def test_without_the_probe_only_the_examples_read_distress(engine):
     bare = engine.with_config(engine.config)
     bare.urgency = None
     assert "urgent" not in bare.intents(said)
+
+
+@pytest.mark.unit
+def test_the_probe_needs_no_written_examples(engine):
+    """A policy file without `intents` still sends the caller in danger to a person."""
+    no_examples = engine.with_config(engine.config.model_copy(update={"intents": {}}))
+    said = "My husband has collapsed in the kitchen and he isn't breathing properly"
+    assert no_examples.intents(said).keys() == {"urgent"}
+    assert no_examples.session().turn(said).decision.action.value == "transfer"
