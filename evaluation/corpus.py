@@ -9,7 +9,7 @@ import datetime as dt
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Generic, Literal, TypeVar
 
 import yaml
 
@@ -21,6 +21,8 @@ from policy.scorer import Scorer
 from policy.urgency import UrgencyProbe
 
 from .leaks import LeakCheck
+
+T = TypeVar("T")
 
 # the per-domain figures the corpus table prints, in order
 CorpusKey = Literal[RateKey, "unsafe_answers", "leaks", "cost_minimal", "cost_threshold"]
@@ -82,6 +84,20 @@ class Engines:
                                  on_date=d.cases.today or dt.date.today())
             self._engines[d.name] = scratch(engine)
         return self._engines[d.name]
+
+
+class PerDomain(Generic[T]):
+    """Something computed from a domain once per run (what its cases teach a fit does not depend on
+    what was fitted before): `compute(domain, engines)`, remembered by domain name."""
+
+    def __init__(self, compute: Callable[[Domain, "Engines"], T]):
+        self._compute = compute
+        self._by_domain: dict[str, T] = {}
+
+    def get(self, domain: Domain, engines: "Engines") -> T:
+        if domain.name not in self._by_domain:
+            self._by_domain[domain.name] = self._compute(domain, engines)
+        return self._by_domain[domain.name]
 
 
 def count_leaks(engine: Engine, results: list[CaseResult]) -> tuple[int, list[str]]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from evaluation.cases import Case, CasesError
-from evaluation.corpus import Domain, Engines, Fitted, discover
+from evaluation.corpus import Domain, Engines, Fitted, PerDomain, discover
 from kb.models import Hit
 from policy.decision import Action
 from policy.engine import Engine
@@ -182,19 +182,8 @@ def _tree(nodes: NDArray[np.void]) -> Tree:
                 [float(v) for v in nodes["value"]])
 
 
-class ExampleCache:
-    """Examples per domain, captured once per run (features do not depend on the scorer)."""
-
-    def __init__(self) -> None:
-        self._by_domain: dict[str, list[Example]] = {}
-
-    def get(self, domain: Domain, engines: Engines) -> list[Example]:
-        if domain.name not in self._by_domain:
-            self._by_domain[domain.name] = capture(engines.get(domain), list(domain.cases), domain.name)
-        return self._by_domain[domain.name]
-
-
-_CACHE = ExampleCache()
+# examples per domain, captured once per run (features do not depend on the scorer)
+_CACHE: PerDomain[list[Example]] = PerDomain(lambda d, engines: capture(engines.get(d), list(d.cases), d.name))
 
 
 def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from evaluation.cases import Case
-from evaluation.corpus import Domain, Engines
+from evaluation.corpus import Domain, Engines, PerDomain
 from policy.decision import Action
 from policy.language import normalize_text
 from policy.urgency import UrgencyProbe
@@ -32,25 +32,18 @@ def urgent_turns(case: Case) -> list[tuple[str, int]]:
     return out
 
 
-class TurnCache:
-    """Per domain, its turns' embeddings and labels, computed once per run."""
-
-    def __init__(self) -> None:
-        self._by_domain: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def get(self, domain: Domain, engines: Engines) -> tuple[np.ndarray, np.ndarray]:
-        if domain.name not in self._by_domain:
-            turns = [t for case in domain.cases for t in urgent_turns(case)]
-            engine = engines.get(domain)
-            if not engine.retriever.model_id or not turns:
-                vecs = np.zeros((0, 0), dtype=np.float32)
-            else:
-                vecs = engine.retriever.embed([t for t, _ in turns])
-            self._by_domain[domain.name] = (vecs, np.array([y for _, y in turns], dtype=np.int64))
-        return self._by_domain[domain.name]
+def turn_vectors(domain: Domain, engines: Engines) -> tuple[np.ndarray, np.ndarray]:
+    """A domain's turns' embeddings and labels (no rows without the dense model)."""
+    turns = [t for case in domain.cases for t in urgent_turns(case)]
+    engine = engines.get(domain)
+    if not engine.retriever.model_id or not turns:
+        vecs = np.zeros((0, 0), dtype=np.float32)
+    else:
+        vecs = engine.retriever.embed([t for t, _ in turns])
+    return vecs, np.array([y for _, y in turns], dtype=np.int64)
 
 
-_CACHE = TurnCache()
+_CACHE = PerDomain(turn_vectors)  # computed once per run
 
 
 def fit_urgency(domains: list[Domain], engines: Engines) -> UrgencyProbe | None:
