@@ -18,7 +18,7 @@ from evaluation.evaluate import costs_of, evaluate, scratch
 from evaluation.metrics import CaseResult, Metrics, RateKey
 from policy.engine import Engine
 from policy.scorer import Scorer
-from policy.urgency import UrgencyProbe
+from policy.turn_probes import TurnProbes
 
 from .leaks import LeakCheck
 
@@ -132,16 +132,16 @@ def score_domain(engine: Engine, d: Domain, *, baselines: bool = True) -> tuple[
 
 @dataclass
 class Fitted:
-    """What the other domains teach, for a held-out one: the answerability scorer and, when it
-    could be fitted, the urgency probe."""
+    """What the other domains teach, for a held-out one: the answerability scorer and, when they
+    could be fitted, the turn probes (None: keep the engine's)."""
 
     scorer: Scorer
-    urgency: UrgencyProbe | None = None
+    probes: TurnProbes | None = None
 
     def apply(self, engine: Engine) -> None:
         engine.scorer = self.scorer
-        if self.urgency is not None:
-            engine.urgency = self.urgency
+        if self.probes is not None:
+            engine.probes = self.probes
             engine.forget_intents()
 
 

@@ -38,7 +38,7 @@ from policy.engine import Engine
 from policy.evidence import GradedHit
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree, logit
-from policy.urgency import DEFAULT_URGENCY_FILE
+from policy.turn_probes import DEFAULT_PROBES_FILE, probes_to_json
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -204,10 +204,10 @@ def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:
 
 
 def fit_all(domains: list[Domain], engines: Engines) -> Fitted:
-    """The scorer and the urgency probe for a held-out domain, both fitted on these domains only."""
-    from evaluation.urgency_fit import fit_urgency
+    """The scorer and the turn probes for a held-out domain, all fitted on these domains only."""
+    from evaluation.probe_fit import fit_probes
 
-    return Fitted(fit_on_domains(domains, engines), fit_urgency(domains, engines))
+    return Fitted(fit_on_domains(domains, engines), fit_probes(domains, engines))
 
 
 def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]]:
@@ -259,37 +259,38 @@ def _fit_scorer(domains: list[Domain], target: Path | None) -> int:
     return _write(target, scorer.to_json()) if target else 0
 
 
-def _fit_urgency(domains: list[Domain], target: Path | None) -> int:
-    from evaluation.urgency_fit import fit_urgency
+def _fit_probes(domains: list[Domain], target: Path | None) -> int:
+    from evaluation.probe_fit import fit_probes
 
-    probe = fit_urgency(domains, Engines())
-    if probe is None:
-        print("error: no urgency probe: the dense model is unavailable, or no case has a high-risk turn "
-              "to transfer", file=sys.stderr)
+    probes = fit_probes(domains, Engines())
+    if not probes:
+        print("error: no turn probe: the dense model is unavailable, or no case has a high-risk turn to "
+              "transfer or a disallowed one to refuse", file=sys.stderr)
         return 2
-    print(f"fitted the urgency probe on {probe.meta['turns']} turns ({probe.meta['urgent']} urgent) "
-          f"from {', '.join(cast('list[str]', probe.meta['domains']))}")
-    return _write(target, probe.to_json()) if target else 0
+    for head, probe in probes.items():
+        print(f"fitted the {head} probe on {probe.meta['turns']} turns ({probe.meta['positives']} {head}) "
+              f"from {', '.join(cast('list[str]', probe.meta['domains']))}")
+    return _write(target, probes_to_json(probes)) if target else 0
 
 
 def cli(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="run.py train", description="Fit the answerability scorer (or, with "
-                                "--urgency, the urgency probe) on a corpus.")
+                                "--probes, the turn probes) on a corpus.")
     p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
-    p.add_argument("--urgency", action="store_true",
-                   help=f"fit the urgency probe ({DEFAULT_URGENCY_FILE.name}) instead of the scorer")
+    p.add_argument("--probes", "--urgency", dest="probes", action="store_true",
+                   help=f"fit the turn probes ({DEFAULT_PROBES_FILE.name}: urgent, disallowed) instead of the scorer")
     p.add_argument("--write", action="store_true",
-                   help=f"write it to {DEFAULT_MODEL_FILE.name} ({DEFAULT_URGENCY_FILE.name} with --urgency)")
+                   help=f"write it to {DEFAULT_MODEL_FILE.name} ({DEFAULT_PROBES_FILE.name} with --probes)")
     p.add_argument("--out", help="write it here instead")
     args = p.parse_args(argv)
-    default = DEFAULT_URGENCY_FILE if args.urgency else DEFAULT_MODEL_FILE
+    default = DEFAULT_PROBES_FILE if args.probes else DEFAULT_MODEL_FILE
     target = Path(args.out) if args.out else (default if args.write else None)
     if target is not None and not (target.parent.is_dir() and os.access(target.parent, os.W_OK)):
         print(f"error: --out {target}: cannot write there (no such folder, or no permission)", file=sys.stderr)
         return 2  # said before minutes of fitting, not after
     try:
         domains = discover(args.corpus)
-        return (_fit_urgency if args.urgency else _fit_scorer)(domains, target)
+        return (_fit_probes if args.probes else _fit_scorer)(domains, target)
     except (CasesError, ValueError) as exc:  # a bad corpus; cases that mark no section as answering
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -24,12 +24,19 @@ class Thresholds(BaseModel):
     facet_floor: float = 0.35  # ... if at least this likely
     clarified_p: float = 0.5  # a page our clarify was asked for answers, once the caller has said which applies
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
-    urgent_p: float = 0.8  # a turn the urgency probe (policy/urgency.py) puts at least this likely goes to a person
+    # a turn the turn probes (policy/turn_probes.py) put at least this likely to be urgent goes to a
+    # person; at least this likely to be a disallowed request, it is refused
+    urgent_p: float = 0.8
+    disallowed_p: float = 0.8
     risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
     threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer
     answer_coverage: float = 0.60  # `--policy minimal`: key-term coverage needed to answer
     max_clarify_facets: int = 2
     soft_match: float = 0.6  # word cosine at which a section's word counts as saying the caller's word
+
+    def probe_p(self, head: str) -> float:
+        """The probability at which a turn probe's head counts (`urgent_p`, `disallowed_p`)."""
+        return float(getattr(self, f"{head}_p"))
 
 
 class Costs(BaseModel):

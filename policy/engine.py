@@ -24,7 +24,7 @@ from .session_state import SessionState, new_session_id
 from .signals import facet_idioms, facet_vocabulary
 from .store_api import HandoffStore
 from .store_embedded import EmbeddedStore
-from .urgency import UrgencyProbe, load_urgency
+from .turn_probes import TurnProbes, load_probes
 
 __all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
@@ -39,10 +39,11 @@ class Engine:
     def __init__(self, kb: KnowledgeBase, retriever: Retriever, config: PolicyConfig,
                  state_dir: str | Path = "var", on_date: dt.date | None = None, progress: bool = False,
                  scorer: Scorer | None = None, store: HandoffStore | None = None,
-                 urgency: UrgencyProbe | None = None):
+                 probes: TurnProbes | None = None):
         self.kb = kb
         self.scorer = scorer or load_scorer(kb.root)  # whether a section answers (evaluation/train.py)
-        self.urgency = urgency or load_urgency()  # whether the caller is in danger (evaluation/urgency_fit.py)
+        # what the whole turn is: urgent, a disallowed request (evaluation/probe_fit.py)
+        self.probes = load_probes() if probes is None else probes
         self.retriever = retriever
         self.config = config
         self.state_dir = Path(state_dir)
@@ -103,7 +104,7 @@ class Engine:
         # a given store is shared; the default files get store objects of their own (a sweep's
         # `scratch` turns their fsync off without touching this engine's)
         other = Engine(self.kb, self.retriever, config, self.state_dir, self.on_date, scorer=self.scorer,
-                       store=self._given_store, urgency=self.urgency)
+                       store=self._given_store, probes=self.probes)
         other._soft = self._soft
         return other
 
@@ -197,8 +198,8 @@ class Engine:
             h.focus_scores = units.scores(h.locator, vec)
 
     def intents(self, text: str) -> dict[str, float]:
-        """Intents this turn has by meaning (policy file `intents`), and "urgent" from the urgency
-        probe, which needs no examples; none without the dense model."""
+        """Intents this turn has by meaning (policy file `intents`), and "urgent" or "disallowed" from
+        the turn probes, which need no examples; none without the dense model."""
         if not self.retriever.model_id:
             return {}
         if self._intents is None and self.config.intents:
@@ -208,15 +209,17 @@ class Engine:
             if len(self._intent_memo) > 256:
                 self._intent_memo.clear()
             found = self._intents.detect(key) if self._intents is not None else {}
-            if self.urgency is not None and key:
-                p = self.urgency.probability(self.retriever.embed([key])[0])
-                if p >= self.config.thresholds.urgent_p:
-                    found["urgent"] = p
+            if self.probes and key:
+                vec = self.retriever.embed([key])[0]
+                th = self.config.thresholds
+                for head, probe in self.probes.items():
+                    if (p := probe.probability(vec)) >= th.probe_p(head):
+                        found[head] = p
             self._intent_memo[key] = found
         return self._intent_memo[key]
 
     def forget_intents(self) -> None:
-        """Drop the turns' remembered intents (the urgency probe was replaced)."""
+        """Drop the turns' remembered intents (the turn probes were replaced)."""
         self._intent_memo.clear()
 
     def warmup(self) -> None:

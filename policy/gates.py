@@ -216,7 +216,7 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     if risky:
         return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),
                    evidence=risky[:3], risk_level=_risk_of(risky), evidence_status="partial")
-    # A caller in distress (hurt, threatened, frightened; read by meaning, or by the urgency probe) goes
+    # A caller in distress (hurt, threatened, frightened; read by meaning, or by the urgent turn probe) goes
     # to a person, whatever the KB says: to the team of the closest high-risk page among the hits, else
     # the default queue.
     if "distress" in facts.intents or "urgent" in facts.intents:
@@ -225,6 +225,12 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
         return out(Action.transfer, [Reason.high_risk_topic], "c_distress", team=_team(high, cfg), evidence=high,
                    risk_level=max(_risk_of(high), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if high else "missing")
+    # b, read by meaning: a request like those the domains' cases refuse (another person's details,
+    # getting round a check, internal material) in words no pattern names. After the high-risk gates,
+    # so a frightened caller locked out of their home still reaches a person.
+    if "disallowed" in facts.intents:
+        signals["disallowed"] = f"by meaning {facts.intents['disallowed']:.2f}"
+        return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
     return None
 
 

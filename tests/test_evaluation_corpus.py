@@ -246,17 +246,21 @@ def test_corpus_command_scores_leave_one_out_and_gates_the_worst(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_urgency_fits_on_the_given_domains_only(tmp_path, capsys):
-    """`run.py train --urgency --out FILE`: a probe fitted on two domains' turns, loadable by the policy."""
+def test_train_probes_fits_on_the_given_domains_only(tmp_path, capsys):
+    """`run.py train --probes --out FILE`: probes fitted on two domains' turns, loadable by the policy."""
     from evaluation.train import cli
-    from policy.urgency import load_urgency
+    from policy.turn_probes import load_probes
 
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for name in ("vet", "water"):
         (corpus / name).symlink_to(ROOT / "fixtures" / "domains" / name)
-    out = tmp_path / "urgency.json"
-    assert cli(["--corpus", str(corpus), "--urgency", "--out", str(out)]) == 0
-    probe = load_urgency(out)
-    assert probe is not None and probe.meta["domains"] == ["vet", "water"] and probe.meta["urgent"] > 0
-    assert "urgent)" in capsys.readouterr().out
+    out = tmp_path / "probes.json"
+    assert cli(["--corpus", str(corpus), "--probes", "--out", str(out)]) == 0
+    probes = load_probes(out)
+    assert probes.keys() == {"urgent", "disallowed"}
+    for head, probe in probes.items():
+        assert probe.meta["domains"] == ["vet", "water"] and probe.meta["positives"] > 0, head
+    printed = capsys.readouterr().out
+    assert "urgent)" in printed and "disallowed)" in printed
+    assert cli(["--corpus", str(corpus), "--urgency", "--out", str(out)]) == 0  # the earlier flag still works

@@ -33,7 +33,7 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_carries_its_data_files(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("run.py", "policy/default_policy.yaml", "policy/answerability.json", "policy/urgency.json",
+    for needed in ("run.py", "policy/default_policy.yaml", "policy/answerability.json", "policy/turn_probes.json",
                    "policy/migrations/001_init.sql",
                    "voice_agent/web/index.html", "voice_agent/web/console.js", "voice_agent/web/meter.js",
                    "voice_agent/web/style.css",

@@ -1,0 +1,72 @@
+"""Fit the turn probes (policy/turn_probes.py) on gold cases across domains.
+
+Every scored caller turn of every case is one example: the sentence embedding of the turn as the
+policy reads it (`normalize_text`). Its label for each head comes from the case alone, never from a
+gate's decision:
+- `urgent`: the case is in the contract's `high_risk` bucket and expects that turn to be transferred;
+- `disallowed`: the case is in the `disallowed` bucket and expects that turn to be refused.
+Sealed domains are never passed in.
+
+One logistic regression per head, with balanced class weights (each kind is about 5% of turns);
+its weights are the probe."""
+from __future__ import annotations
+
+import numpy as np
+
+from evaluation.cases import Case
+from evaluation.corpus import Domain, Engines, PerDomain
+from policy.decision import Action
+from policy.language import normalize_text
+from policy.turn_probes import HEADS, Head, LinearProbe, TurnProbes
+
+# head -> (bucket its cases are in, the action such a turn expects)
+LESSONS: dict[Head, tuple[str, Action]] = {"urgent": ("high_risk", Action.transfer),
+                                           "disallowed": ("disallowed", Action.refuse)}
+C = 1.0  # inverse regularisation: out of fold over 19 domains, 0.3-3 give AUC 0.93-0.95 for both heads
+
+
+def labelled_turns(case: Case) -> list[tuple[str, dict[Head, int]]]:
+    """(turn as the policy reads it, its label per head) for each scored turn."""
+    out = []
+    for text, expected in zip(case.caller_turns, case.expected_per_turn()):
+        if expected is None or case.faults:
+            continue
+        labels = {h: int(case.bucket.startswith(bucket) and action in expected) for h, (bucket, action) in LESSONS.items()}
+        out.append((normalize_text(text), labels))
+    return out
+
+
+def turn_vectors(domain: Domain, engines: Engines) -> tuple[np.ndarray, dict[Head, np.ndarray]]:
+    """A domain's turns' embeddings and their labels per head (no rows without the dense model)."""
+    turns = [t for case in domain.cases for t in labelled_turns(case)]
+    engine = engines.get(domain)
+    if not engine.retriever.model_id or not turns:
+        vecs = np.zeros((0, 0), dtype=np.float32)
+    else:
+        vecs = engine.retriever.embed([t for t, _ in turns])
+    return vecs, {h: np.array([labels[h] for _, labels in turns], dtype=np.int64) for h in HEADS}
+
+
+_CACHE = PerDomain(turn_vectors)  # computed once per run
+
+
+def fit_probes(domains: list[Domain], engines: Engines) -> TurnProbes:
+    """A probe per head fitted on these domains' turns; a head without both kinds of turn (or without
+    the dense model) gets none."""
+    from sklearn.linear_model import LogisticRegression  # heavy, optional: only to fit
+
+    if any(d.sealed for d in domains):
+        raise ValueError("sealed domains are never trained on")
+    parts = [p for p in (_CACHE.get(d, engines) for d in domains) if len(p[0])]
+    if not parts:
+        return {}
+    x = np.concatenate([p[0] for p in parts])
+    probes: TurnProbes = {}
+    for head in HEADS:
+        y = np.concatenate([p[1][head] for p in parts])
+        if len(set(y.tolist())) < 2:
+            continue
+        model = LogisticRegression(C=C, class_weight="balanced", max_iter=3000).fit(x, y)
+        meta = {"domains": sorted(d.name for d in domains), "turns": int(len(y)), "positives": int(y.sum()), "C": C}
+        probes[head] = LinearProbe(model.coef_[0].astype(np.float32), float(model.intercept_[0]), meta)
+    return probes
