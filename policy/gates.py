@@ -58,6 +58,11 @@ class TurnFacts:
     today: dt.date | None = None  # the date the KB's statuses were read on; None: dates ahead are not read
 
 
+def _urgent(facts: TurnFacts) -> bool:
+    """The caller is in danger or distress, by a written example's meaning or the urgent turn probe."""
+    return "distress" in facts.intents or "urgent" in facts.intents
+
+
 def _said(read: Callable[[str, PolicyConfig], str | None], facts: TurnFacts, cfg: PolicyConfig) -> str | None:
     return first_reading(read, (facts.question, facts.caller_words), cfg)
 
@@ -197,7 +202,11 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
         return out(Action.transfer, [Reason.human_requested], "a_human", team=team, evidence=related,
                    evidence_status="direct" if related else "missing")
     # b. Requests to bypass rules, reveal internal material, or commit fraud: refuse, no detail.
-    if m := _said(disallowed_request, facts, cfg):
+    # Read by meaning too: a request like those the domains' cases refuse (another person's details,
+    # getting round a check, internal material) in words no pattern names; a caller in danger or
+    # distress is not refused on that reading, but goes on to a person (c).
+    if m := _said(disallowed_request, facts, cfg) or (f"by meaning {facts.intents['disallowed']:.2f}"
+                                                      if "disallowed" in facts.intents and not _urgent(facts) else None):
         signals["disallowed"] = m
         return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
     # c. High-risk topics (from KB metadata) and actions a human must approve.
@@ -219,18 +228,12 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
     # A caller in distress (hurt, threatened, frightened; read by meaning, or by the urgent turn probe) goes
     # to a person, whatever the KB says: to the team of the closest high-risk page among the hits, else
     # the default queue.
-    if "distress" in facts.intents or "urgent" in facts.intents:
+    if _urgent(facts):
         signals.update({k: round(facts.intents[k], 3) for k in ("distress", "urgent") if k in facts.intents})
         high = sorted((g for g in active if _high(g)), key=lambda g: -g.topic)[:3]
         return out(Action.transfer, [Reason.high_risk_topic], "c_distress", team=_team(high, cfg), evidence=high,
                    risk_level=max(_risk_of(high), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if high else "missing")
-    # b, read by meaning: a request like those the domains' cases refuse (another person's details,
-    # getting round a check, internal material) in words no pattern names. After the high-risk gates,
-    # so a frightened caller locked out of their home still reaches a person.
-    if "disallowed" in facts.intents:
-        signals["disallowed"] = f"by meaning {facts.intents['disallowed']:.2f}"
-        return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
     return None
 
 
