@@ -24,7 +24,7 @@ from .session_state import SessionState, new_session_id
 from .signals import facet_idioms, facet_vocabulary
 from .store_api import HandoffStore
 from .store_embedded import EmbeddedStore
-from .turn_probes import TurnProbes, load_probes
+from .turn_probes import TurnProbes, load_probes, probes_fingerprint
 
 __all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
@@ -87,7 +87,7 @@ class Engine:
 
     @property
     def policy_version(self) -> str:
-        return f"{self.config.fingerprint()}/{self.scorer.fingerprint}"
+        return f"{self.config.fingerprint()}/{self.scorer.fingerprint}/probes-{probes_fingerprint(self.probes)}"
 
     def soft_matcher(self) -> SoftMatcher:
         """Word-level synonym matching for coverage; shares the retriever's embedding model. The

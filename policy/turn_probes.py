@@ -15,6 +15,7 @@ domains' turns at once, the direction in embedding space that separates them car
 never saw. A probe only adds a reason to hand over or to refuse; it never takes one away."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -72,6 +73,15 @@ TurnProbes = dict[Head, LinearProbe]
 
 def probes_to_json(probes: TurnProbes) -> dict[str, ProbeJson]:
     return {head: probe.to_json() for head, probe in probes.items()}
+
+
+def probes_fingerprint(probes: TurnProbes) -> str:
+    """A short hash of the probes' weights, for the policy version every decision carries: the same
+    words decided under other probes are told apart in the audit log."""
+    if not probes:
+        return "none"
+    body = json.dumps(probes_to_json(probes), sort_keys=True).encode("utf-8")
+    return hashlib.sha256(body).hexdigest()[:8]
 
 
 def probes_from_json(data: object) -> TurnProbes:

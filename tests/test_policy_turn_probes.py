@@ -13,7 +13,8 @@ from evaluation.cases import Case
 from evaluation.probe_fit import labelled_turns
 from policy.engine import Engine
 from policy.signals import disallowed_request
-from policy.turn_probes import DEFAULT_PROBES_FILE, LinearProbe, ProbeError, load_probes, probes_to_json
+from policy.turn_probes import (DEFAULT_PROBES_FILE, LinearProbe, ProbeError, load_probes, probes_fingerprint,
+                                probes_to_json)
 
 DATE = dt.date(2026, 11, 29)
 COLLAPSED = "My husband has collapsed in the kitchen and he isn't breathing properly"
@@ -103,6 +104,9 @@ def test_without_the_probes_only_the_examples_and_patterns_read_a_turn(engine):
     bare = engine.with_config(engine.config)
     bare.probes = {}
     assert "urgent" not in bare.intents(COLLAPSED)
+    # the decisions say which probes made them: the policy version carries their fingerprint
+    assert engine.policy_version.endswith(f"/probes-{probes_fingerprint(engine.probes)}")
+    assert bare.policy_version.endswith("/probes-none") and bare.policy_version != engine.policy_version
     assert "disallowed" not in bare.intents("Could you send over the script your call centre agents read from?")
 
 
