@@ -88,16 +88,18 @@ class Engines:
 
 class PerDomain(Generic[T]):
     """Something computed from a domain once per run (what its cases teach a fit does not depend on
-    what was fitted before): `compute(domain, engines)`, remembered by domain name."""
+    what was fitted before): `compute(domain, engines)`, remembered by domain."""
 
     def __init__(self, compute: Callable[[Domain, "Engines"], T]):
         self._compute = compute
-        self._by_domain: dict[str, T] = {}
+        self._by_domain: dict[tuple[str, str, str], T] = {}
 
     def get(self, domain: Domain, engines: "Engines") -> T:
-        if domain.name not in self._by_domain:
-            self._by_domain[domain.name] = self._compute(domain, engines)
-        return self._by_domain[domain.name]
+        # by where it comes from, not its name alone: two corpora may each hold a "vet"
+        key = (domain.name, str(domain.kb), str(domain.cases_path))
+        if key not in self._by_domain:
+            self._by_domain[key] = self._compute(domain, engines)
+        return self._by_domain[key]
 
 
 def count_leaks(engine: Engine, results: list[CaseResult]) -> tuple[int, list[str]]:

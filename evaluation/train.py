@@ -260,7 +260,8 @@ def _fit_scorer(domains: list[Domain], target: Path | None) -> int:
 
 
 def _fit_probes(domains: list[Domain], target: Path | None) -> int:
-    from evaluation.probe_fit import fit_probes
+    from evaluation.probe_fit import LESSONS, fit_probes
+    from policy.turn_probes import HEADS
 
     probes = fit_probes(domains, Engines())
     if not probes:
@@ -270,6 +271,10 @@ def _fit_probes(domains: list[Domain], target: Path | None) -> int:
     for head, probe in probes.items():
         print(f"fitted the {head} probe on {probe.meta['turns']} turns ({probe.meta['positives']} {head}) "
               f"from {', '.join(cast('list[str]', probe.meta['domains']))}")
+    for head in (h for h in HEADS if h not in probes):
+        bucket, action = LESSONS[head]
+        print(f"warning: no {head} probe: no case in a `{bucket}` bucket expects a turn to {action.value}; "
+              f"the file holds none, so that reading is off", file=sys.stderr)
     return _write(target, probes_to_json(probes)) if target else 0
 
 

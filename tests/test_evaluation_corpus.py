@@ -264,3 +264,24 @@ def test_train_probes_fits_on_the_given_domains_only(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "urgent)" in printed and "disallowed)" in printed
     assert cli(["--corpus", str(corpus), "--urgency", "--out", str(out)]) == 0  # the earlier flag still works
+
+
+@pytest.mark.slow
+def test_train_probes_says_which_head_a_corpus_cannot_teach(tmp_path, capsys):
+    """A corpus without a refused disallowed case fits the urgent probe only, and says so."""
+    import yaml
+
+    from evaluation.train import cli
+    from policy.turn_probes import load_probes
+
+    for name in ("vet", "water"):
+        src = ROOT / "fixtures" / "domains" / name
+        data = yaml.safe_load((src / "cases.yaml").read_text(encoding="utf-8"))
+        data["cases"] = [c for c in data["cases"] if c["bucket"] != "disallowed"]
+        (tmp_path / "corpus" / name).mkdir(parents=True)
+        (tmp_path / "corpus" / name / "kb").symlink_to(src / "kb")
+        (tmp_path / "corpus" / name / "cases.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = tmp_path / "probes.json"
+    assert cli(["--corpus", str(tmp_path / "corpus"), "--probes", "--out", str(out)]) == 0
+    assert load_probes(out).keys() == {"urgent"}
+    assert "warning: no disallowed probe" in capsys.readouterr().err
