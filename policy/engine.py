@@ -87,7 +87,16 @@ class Engine:
 
     @property
     def policy_version(self) -> str:
-        return f"{self.config.fingerprint()}/{self.scorer.fingerprint}/probes-{probes_fingerprint(self.probes)}"
+        return f"{self.config.fingerprint()}/{self.scorer.fingerprint}/probes-{self._probes_fingerprint}"
+
+    @property
+    def probes(self) -> TurnProbes:
+        return self._probes
+
+    @probes.setter
+    def probes(self, probes: TurnProbes) -> None:
+        # hashed once here, not on each turn that reads the policy version (about 1 ms a hash)
+        self._probes, self._probes_fingerprint = probes, probes_fingerprint(probes)
 
     def soft_matcher(self) -> SoftMatcher:
         """Word-level synonym matching for coverage; shares the retriever's embedding model. The
