@@ -49,6 +49,9 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
         domains = discover(args.corpus)
         if args.sealed:
             domains += discover(args.sealed, sealed=True)
+        if clash := sorted({d.name for d in domains if [e.name for e in domains].count(d.name) > 1}):
+            raise CasesError(f"domain {clash[0]!r} is in both {args.corpus} and {args.sealed}: the per-domain "
+                             "table names each domain once; rename one folder")
         for d in domains:
             _ = d.cases  # validate every cases file before loading any model
         if not (args.no_refit or args.punctuation) and sum(not d.sealed for d in domains) < 2:

@@ -41,6 +41,11 @@ class Domain:
     _cases: CaseFile | None = field(default=None, repr=False)
 
     @property
+    def key(self) -> tuple[str, str, str]:
+        """Where the domain comes from, not its name alone: two corpora may each hold a "vet"."""
+        return (self.name, str(self.kb), str(self.cases_path))
+
+    @property
     def cases(self) -> CaseFile:
         if self._cases is None:
             self._cases = load_cases(self.cases_path)
@@ -74,16 +79,16 @@ class Engines:
     """One loaded engine per domain for the whole run (models and indexes load once)."""
 
     def __init__(self, state_root: Path | None = None, dense: bool = True):
-        self._engines: dict[str, Engine] = {}
+        self._engines: dict[tuple[str, str, str], Engine] = {}
         self._state = state_root or Path(tempfile.mkdtemp(prefix="voice-agent-corpus-"))
         self.dense = dense
 
     def get(self, d: Domain) -> Engine:
-        if d.name not in self._engines:
-            engine = Engine.load(d.kb, state_dir=self._state / d.name, dense=self.dense,
-                                 on_date=d.cases.today or dt.date.today())
-            self._engines[d.name] = scratch(engine)
-        return self._engines[d.name]
+        if d.key not in self._engines:
+            state = self._state / f"{d.name}-{len(self._engines)}"  # one folder per domain, whatever its name
+            engine = Engine.load(d.kb, state_dir=state, dense=self.dense, on_date=d.cases.today or dt.date.today())
+            self._engines[d.key] = scratch(engine)
+        return self._engines[d.key]
 
 
 class PerDomain(Generic[T]):
@@ -95,11 +100,9 @@ class PerDomain(Generic[T]):
         self._by_domain: dict[tuple[str, str, str], T] = {}
 
     def get(self, domain: Domain, engines: "Engines") -> T:
-        # by where it comes from, not its name alone: two corpora may each hold a "vet"
-        key = (domain.name, str(domain.kb), str(domain.cases_path))
-        if key not in self._by_domain:
-            self._by_domain[key] = self._compute(domain, engines)
-        return self._by_domain[key]
+        if domain.key not in self._by_domain:
+            self._by_domain[domain.key] = self._compute(domain, engines)
+        return self._by_domain[domain.key]
 
 
 def count_leaks(engine: Engine, results: list[CaseResult]) -> tuple[int, list[str]]:

@@ -38,7 +38,7 @@ from policy.engine import Engine
 from policy.evidence import GradedHit
 from policy.features import FEATURES
 from policy.scorer import DEFAULT_MODEL_FILE, Scorer, Tree, logit
-from policy.turn_probes import DEFAULT_PROBES_FILE, probes_to_json
+from policy.turn_probes import DEFAULT_PROBES_FILE, HEADS, probes_to_json
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
@@ -261,7 +261,6 @@ def _fit_scorer(domains: list[Domain], target: Path | None) -> int:
 
 def _fit_probes(domains: list[Domain], target: Path | None) -> int:
     from evaluation.probe_fit import LESSONS, fit_probes
-    from policy.turn_probes import HEADS
 
     probes = fit_probes(domains, Engines())
     if not probes:

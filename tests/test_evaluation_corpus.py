@@ -40,6 +40,21 @@ def test_domains_are_folders_or_named_by_domain_yaml(tmp_path):
 
 
 @pytest.mark.unit
+def test_a_domain_named_in_both_corpora_is_refused_and_kept_apart(tmp_path, capsys):
+    """Two corpora that each hold an "a": one line and exit 2 before any model loads; in the caches
+    the two are different domains, never one engine or one set of examples."""
+    from evaluation.cli import corpus_cli
+
+    for side in ("open", "sealed"):
+        (tmp_path / side / "a" / "kb").mkdir(parents=True)
+        (tmp_path / side / "a" / "cases.yaml").write_text("[]")
+    assert corpus_cli(["--corpus", str(tmp_path / "open"), "--sealed", str(tmp_path / "sealed")]) == 2
+    assert "domain 'a' is in both" in capsys.readouterr().err
+    one, two = discover(tmp_path / "open")[0], discover(tmp_path / "sealed", sealed=True)[0]
+    assert one.name == two.name and one.key != two.key
+
+
+@pytest.mark.unit
 def test_cases_files_carry_their_date(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("today: 2026-11-30\ncases:\n- id: a\n  question: q\n  expect: {action: refuse}\n")
