@@ -46,17 +46,21 @@ class GradedHit:
         return max([self.dense, *self.hit.unit_scores])
 
 
-def _lexical_only_p(row: dict[str, float]) -> float:
-    """Without the dense model the words must carry it alone: exact coverage, and the asked kind
-    of fact stated."""
-    return row["cov_exact"] * (1.0 - 0.5 * row["kind_missing"])
+def _lexical_only_ps(rows: list[dict[str, float]]) -> list[float]:
+    """Without the dense model the words must carry it alone: exact coverage, and the asked kind of
+    fact stated. A share of the words is no probability: a section saying only "open" and "hours" of
+    "store opening hours on Sunday" says 0.36 of it. So each counts only as far as it stands up to the
+    section that says most of the question (its share of the best's coverage, squared in effect)."""
+    own = [r["cov_exact"] * (1.0 - 0.5 * r["kind_missing"]) for r in rows]
+    best = max(own, default=0.0) or 1.0
+    return [p * p / best for p in own]
 
 
 def grade(result: RetrievalResult, scorer: Scorer, kind: FactKind) -> list[GradedHit]:
     """Every hit with its probability of answering, best first."""
     q, rows = feature_rows(result, kind)
     features = [row for row, _ in rows]
-    ps = [_lexical_only_p(r) for r in features] if result.lexical_only else scorer.probabilities(features)
+    ps = _lexical_only_ps(features) if result.lexical_only else scorer.probabilities(features)
     scoped = {} if result.lexical_only else scoped_rows(result, q, kind)
     p_scoped = dict(zip(scoped, scorer.probabilities(list(scoped.values()))))
     asked = set(tokenize(result.query))

@@ -200,6 +200,15 @@ def test_embedding_fault_falls_back_to_lexical(engine):
     assert d.action == Action.answer and Reason.embedding_unavailable in d.reasons
 
 
+def test_lexical_fallback_weighs_each_section_against_the_best_covered(engine):
+    """Without the dense model a section's share of the question's words is no probability: one that
+    says only the common words ("opening", "hours") must not route the call to a critical page."""
+    out = engine.session().turn("What are the store opening hours on Sunday?", faults=["embedding_unavailable"])
+    assert out.decision.action == Action.answer, out.decision.reasons
+    best, *rest = out.graded
+    assert best.p == 1.0 and all(g.p < 0.35 for g in rest if g.hit.risk == "critical")
+
+
 def test_audit_line_explains_the_decision(engine):
     out = engine.session().turn("How do I set up voicemail?")
     lines = [json.loads(x) for x in (engine.state_dir / "audit.jsonl").read_text().splitlines()]
