@@ -61,12 +61,14 @@ def fit_probes(domains: list[Domain], engines: Engines) -> TurnProbes:
     if not parts:
         return {}
     x = np.concatenate([p[0] for p in parts])
+    embedding = engines.get(domains[0]).retriever.model_id  # the vectors' space: the probes hold only in it
     probes: TurnProbes = {}
     for head in HEADS:
         y = np.concatenate([p[1][head] for p in parts])
         if len(set(y.tolist())) < 2:
             continue
         model = LogisticRegression(C=C, class_weight="balanced", max_iter=3000).fit(x, y)
-        meta = {"domains": sorted(d.name for d in domains), "turns": int(len(y)), "positives": int(y.sum()), "C": C}
+        meta = {"domains": sorted(d.name for d in domains), "turns": int(len(y)), "positives": int(y.sum()), "C": C,
+                "embedding": embedding}
         probes[head] = LinearProbe(model.coef_[0].astype(np.float32), float(model.intercept_[0]), meta)
     return probes

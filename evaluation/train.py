@@ -193,6 +193,7 @@ def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:
         raise ValueError("sealed domains are never trained on")
     by_domain = {d.name: _CACHE.get(d, engines) for d in domains}
     scorer = fit([e for ex in by_domain.values() for e in ex])
+    scorer.meta["embedding"] = engines.get(domains[0]).retriever.model_id  # the cosines' space
     if len(by_domain) > 2:
         pairs = []
         for name, held in by_domain.items():

@@ -24,7 +24,7 @@ from .session_state import SessionState, new_session_id
 from .signals import facet_idioms, facet_vocabulary
 from .store_api import HandoffStore
 from .store_embedded import EmbeddedStore
-from .turn_probes import TurnProbes, load_probes, probes_fingerprint
+from .turn_probes import TurnProbes, load_probes, probes_fingerprint, unfit_for
 
 __all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
@@ -152,9 +152,28 @@ class Engine:
             self._facets_by_role[role] = facets
         return self._facets_by_role[role]
 
+    def usable_probes(self) -> TurnProbes:
+        """The turn probes fitted in the space of the embedding model this KB is served with."""
+        unfit = unfit_for(self.probes, self.retriever.model_id)
+        return {h: p for h, p in self.probes.items() if h not in unfit}
+
+    def model_warnings(self) -> list[str]:
+        """Fitted parts that were fitted on another embedding model's vectors than this KB's."""
+        model = self.retriever.model_id
+        if model is None:
+            return []
+        out = [f"turn probe {h!r} was fitted on embedding model {self.probes[h].meta['embedding']}, this KB is served "
+               f"with {model}: it is not used" for h in unfit_for(self.probes, model)]
+        fitted = self.scorer.meta.get("embedding")
+        if fitted not in (None, model):
+            out.append(f"the answerability scorer was fitted on embedding model {fitted}, this KB is served with "
+                       f"{model}: its probabilities are not calibrated for it; refit it (run.py train)")
+        return out
+
     def kb_warnings(self) -> list[str]:
-        """What an operator should see at start: the load's problems, then `kb check`'s suspects."""
-        return [str(p) for p in self.kb.problems] + [str(f) for f in suspects(self.kb)]
+        """What an operator should see at start: the load's problems, `kb check`'s suspects, and fitted
+        parts that do not fit the embedding model."""
+        return [str(p) for p in self.kb.problems] + [str(f) for f in suspects(self.kb)] + self.model_warnings()
 
     def roles(self) -> set[str]:
         """Roles this KB knows: `public` plus every role named in a document's acl."""
@@ -218,10 +237,11 @@ class Engine:
             if len(self._intent_memo) > 256:
                 self._intent_memo.clear()
             found = self._intents.detect(key) if self._intents is not None else {}
-            if self.probes and key:
+            probes = self.usable_probes()
+            if probes and key:
                 vec = self.retriever.embed([key])[0]
                 th = self.config.thresholds
-                for head, probe in self.probes.items():
+                for head, probe in probes.items():
                     if (p := probe.probability(vec)) >= th.probe_p(head):
                         found[head] = p
             self._intent_memo[key] = found

@@ -84,6 +84,12 @@ def probes_fingerprint(probes: TurnProbes) -> str:
     return hashlib.sha256(body).hexdigest()[:8]
 
 
+def unfit_for(probes: TurnProbes, model_id: str | None) -> list[Head]:
+    """The heads fitted on another embedding model's vectors than `model_id`: read in another space,
+    their weights mean nothing (a file without the record predates it and is trusted)."""
+    return [h for h, p in probes.items() if p.meta.get("embedding") not in (None, model_id)]
+
+
 def probes_from_json(data: object) -> TurnProbes:
     """Each known head's probe; a file holding one bare probe is the urgency probe of earlier releases."""
     if not isinstance(data, dict):

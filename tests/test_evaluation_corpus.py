@@ -276,6 +276,7 @@ def test_train_probes_fits_on_the_given_domains_only(tmp_path, capsys):
     assert probes.keys() == {"urgent", "disallowed"}
     for head, probe in probes.items():
         assert probe.meta["domains"] == ["vet", "water"] and probe.meta["positives"] > 0, head
+        assert str(probe.meta["embedding"]).startswith("minilm-"), head  # the space its weights hold in
     printed = capsys.readouterr().out
     assert "urgent)" in printed and "disallowed)" in printed
     assert cli(["--corpus", str(corpus), "--urgency", "--out", str(out)]) == 0  # the earlier flag still works

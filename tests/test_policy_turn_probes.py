@@ -111,6 +111,29 @@ def test_without_the_probes_only_the_examples_and_patterns_read_a_turn(engine):
 
 
 @pytest.mark.unit
+def test_probes_and_scorer_fitted_on_another_embedding_model_are_named_and_the_probes_left_unused(engine):
+    """Weights fitted on one model's vectors mean nothing in another's: such a probe is not read, and
+    the operator is told at start (kb_warnings), for the probes and for the scorer."""
+    model = engine.retriever.model_id
+    assert all(p.meta.get("embedding") == model for p in engine.probes.values())  # the shipped files record it
+    assert engine.scorer.meta.get("embedding") == model and not engine.model_warnings()
+    other = engine.with_config(engine.config)
+    other.probes = {h: LinearProbe(p.coef, p.intercept, {**p.meta, "embedding": "another-model"})
+                    for h, p in engine.probes.items()}
+    assert "urgent" in engine.intents(COLLAPSED) and "urgent" not in other.intents(COLLAPSED)
+    other.scorer = type(engine.scorer).from_json({**engine.scorer.to_json(),
+                                                  "meta": {**engine.scorer.meta, "embedding": "another-model"}})
+    warnings = other.model_warnings()
+    assert len(warnings) == 3 and all("another-model" in w and model in w for w in warnings)
+    assert warnings[0].startswith("turn probe 'urgent'") and "refit" in warnings[2]
+    assert set(warnings) <= set(other.kb_warnings())
+    # a file written before the record is trusted as before
+    older = engine.with_config(engine.config)
+    older.probes = {h: LinearProbe(p.coef, p.intercept, {}) for h, p in engine.probes.items()}
+    assert "urgent" in older.intents(COLLAPSED) and not older.model_warnings()
+
+
+@pytest.mark.unit
 def test_the_probes_need_no_written_examples(engine):
     """A policy file without `intents` still sends the caller in danger to a person."""
     no_examples = engine.with_config(engine.config.model_copy(update={"intents": {}}))
