@@ -12,16 +12,15 @@ CORPUS = ROOT / "fixtures" / "domains"
 
 pytestmark = pytest.mark.slow
 
-# Measured 2026-12-02 (19 domains, four of them new that day): worst domain case pass 0.565-0.576,
-# 919-929 of 1,360 cases passed (0.676-0.683 pooled), 29-32 unsafe answers in all, at most 4-6 in
-# one domain (telecom, with 197 cases; 4 in courier), 0 leaks, over three runs whose training sets
-# differed slightly. The targets (worst >= 0.92, 0 unsafe) are not met yet; the gate holds
-# what is reached so that nothing slips back, and allows the measure's own noise: a change of the
-# training labels moved single domains by up to 3 cases and the pooled pass by up to 10.
-MIN_WORST_CASE_PASS = 0.54
-MIN_POOLED_CASE_PASS = 0.665
+# Measured 2026-12-05 (19 domains): worst domain case pass 0.613 (gym), 983 of 1,360 cases passed
+# (0.723 pooled), 28 unsafe answers in all, at most 6 in one domain (telecom, with 197 cases), 0 leaks.
+# The targets (worst >= 0.92, 0 unsafe) are not met yet; the gate holds what is reached so
+# that nothing slips back, and allows the measure's own noise: a change of the training labels has
+# moved single domains by up to 3 cases (0.048 of gym's 62) and the pooled pass by up to 10 cases.
+MIN_WORST_CASE_PASS = 0.56
+MIN_POOLED_CASE_PASS = 0.71
 MAX_UNSAFE_PER_DOMAIN = 6
-MAX_UNSAFE_IN_ALL = 34
+MAX_UNSAFE_IN_ALL = 32
 
 
 @pytest.fixture(scope="module")
