@@ -29,6 +29,9 @@ class Thresholds(BaseModel):
     urgent_p: float = 0.8
     disallowed_p: float = 0.8
     risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
+    # a high-risk page only weakly likely to answer routes a transfer only when the urgent probe reads
+    # the turn as more likely urgent than not (without the probe, it always does)
+    weak_risk_urgency: float = 0.5
     threshold_baseline: float = 0.020  # `--policy threshold`: top fused score needed to answer
     answer_coverage: float = 0.60  # `--policy minimal`: key-term coverage needed to answer
     max_clarify_facets: int = 2

@@ -65,7 +65,7 @@ class Engine:
         self._facet_idioms: dict[str, dict[str, set[str]]] = {}
         self._facet_readers: dict[str, FacetReader | None] = {}
         self._intents: IntentReader | None = None
-        self._intent_memo: dict[str, dict[str, float]] = {}
+        self._intent_memo: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",
@@ -228,8 +228,17 @@ class Engine:
     def intents(self, text: str) -> dict[str, float]:
         """Intents this turn has by meaning (policy file `intents`), and "urgent" or "disallowed" from
         the turn probes, which need no examples; none without the dense model."""
+        return self._read_turn(text)[0]
+
+    def urgency(self, text: str) -> float | None:
+        """The urgent turn probe's probability for this turn, whatever its threshold; None without the
+        probe (or the dense model)."""
+        return self._read_turn(text)[1].get("urgent")
+
+    def _read_turn(self, text: str) -> tuple[dict[str, float], dict[str, float]]:
+        """(the intents found, every usable probe's probability), from one embedding of the turn."""
         if not self.retriever.model_id:
-            return {}
+            return {}, {}
         if self._intents is None and self.config.intents:
             self._intents = IntentReader(self.config.intents, self.retriever.embed)
         key = normalize_text(text)  # a turn asks twice (as said, then as decided): one embedding
@@ -238,13 +247,13 @@ class Engine:
                 self._intent_memo.clear()
             found = self._intents.detect(key) if self._intents is not None else {}
             probes = self.usable_probes()
+            read: dict[str, float] = {}
             if probes and key:
                 vec = self.retriever.embed([key])[0]
+                read = {head: probe.probability(vec) for head, probe in probes.items()}
                 th = self.config.thresholds
-                for head, probe in probes.items():
-                    if (p := probe.probability(vec)) >= th.probe_p(head):
-                        found[head] = p
-            self._intent_memo[key] = found
+                found.update({head: p for head, p in read.items() if p >= th.probe_p(head)})
+            self._intent_memo[key] = (found, read)
         return self._intent_memo[key]
 
     def forget_intents(self) -> None:

@@ -48,6 +48,7 @@ class TurnFacts:
     facet_retry: int = 0  # times the caller's answer to our clarify could not be read: ask once more, then hand over
     pending_facets: list[str] = field(default_factory=list)  # what that clarify asked for
     intents: dict[str, float] = field(default_factory=dict)  # intents by meaning (policy/intents.py)
+    urgency: float | None = None  # the urgent turn probe's probability (None: no probe)
     unit_similarity: Similarity | None = None  # cosine of two sections' units (kb/units.py), for conflicts
     # the team of what the conversation has been about (the latest question's evidence): where a
     # transfer goes when this turn's own words point nowhere ("can I just talk to a person")
@@ -102,11 +103,16 @@ def _named_team(question: str, teams: set[str]) -> str | None:
     return next((t for t in sorted(teams, key=len, reverse=True) if f" {t.replace('_', ' ').lower()} " in q), None)
 
 
-def risky_sections(active: list[GradedHit], cfg: PolicyConfig) -> list[GradedHit]:
+def risky_sections(active: list[GradedHit], cfg: PolicyConfig, urgency: float | None = None) -> list[GradedHit]:
     """High-risk sections the question is about: one likely to answer it, the likeliest even when
-    only weakly, and a critical topic (an emergency) close to it among the first few."""
+    only weakly, and a critical topic (an emergency) close to it among the first few. The weak
+    readings hold only for a turn that reads as urgent (`urgency`, the urgent probe's probability;
+    None: no probe, and they always hold): a weak match alone sent "how do I get more data" to the
+    data-deletion page's team and a lost jacket to the assault line."""
     th = cfg.thresholds
     out = [g for g in active if _high(g) and g.p >= th.related_p]
+    if urgency is not None and urgency < th.weak_risk_urgency:
+        return out
     # the section most likely to answer is a high-risk one, though weakly: the caller's words are
     # rarely the page's ("thinking about ending it all" for the crisis page)
     out += [g for g in active[:1] if _high(g) and g.p >= th.related_p / 2]
@@ -210,7 +216,9 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
         signals["disallowed"] = m
         return out(Action.refuse, [Reason.disallowed_request], "b_disallowed", risk_level="high")
     # c. High-risk topics (from KB metadata) and actions a human must approve.
-    risky = risky_sections(active, cfg)
+    if facts.urgency is not None:
+        signals["urgency"] = round(facts.urgency, 3)  # what the weak high-risk readings were held to
+    risky = risky_sections(active, cfg, facts.urgency)
     if m := _said(approval_action, facts, cfg):
         signals["approval_action"] = m
         named = [h for h in facts.action_hits if h.lexical_score > 0 and h.handoff_team

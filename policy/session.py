@@ -202,13 +202,14 @@ class Session:
             except RetrievalUnavailable:
                 pass
         quiet = heard.low_conf or bool(heard.social)
+        quiet_turn = bool(heard.social or heard.context_only or not heard.normalized.strip())  # nothing to read
         return TurnFacts(question=heard.normalized, result=result, retrieval_error=error,
                          caller_facets=dict(self.facets), kb_facets=eng.kb_facets(self.role),
                          teams=eng.teams(self.role), action_hits=action_hits, asr_low_confidence=heard.low_conf,
                          context_only=heard.context_only, small_talk=heard.social,
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
-                         intents={} if heard.social or heard.context_only or not heard.normalized.strip()
-                         else eng.intents(heard.normalized),
+                         intents={} if quiet_turn else eng.intents(heard.normalized),
+                         urgency=None if quiet_turn else eng.urgency(heard.normalized),
                          conversation_team=self.topic_team, caller_words=heard.text,
                          today=eng.on_date or dt.date.today(),
                          unit_similarity=eng.retriever.units.similarity if eng.retriever.units else None)

@@ -108,6 +108,9 @@ def test_without_the_probes_only_the_examples_and_patterns_read_a_turn(engine):
     assert engine.policy_version.endswith(f"/probes-{probes_fingerprint(engine.probes)}")
     assert bare.policy_version.endswith("/probes-none") and bare.policy_version != engine.policy_version
     assert "disallowed" not in bare.intents("Could you send over the script your call centre agents read from?")
+    # the urgent probe's probability is read whatever its threshold (the weak high-risk readings ask it)
+    assert engine.urgency(COLLAPSED) >= 0.8 and engine.urgency("How do I set up my voicemail?") < 0.5
+    assert bare.urgency(COLLAPSED) is None
 
 
 @pytest.mark.unit
