@@ -4,7 +4,8 @@ Every scored caller turn of every case is one example: the sentence embedding of
 policy reads it (`normalize_text`). Its label for each head comes from the case alone, never from a
 gate's decision:
 - `urgent`: the case is in the contract's `high_risk` bucket and expects that turn to be transferred;
-- `disallowed`: the case is in the `disallowed` bucket and expects that turn to be refused.
+- `disallowed`: the case is in the `disallowed` bucket and expects that turn to be refused;
+- `human_request`: the case is in the `human_request` bucket and expects that turn to be transferred.
 Sealed domains are never passed in.
 
 One logistic regression per head, with balanced class weights (each kind is about 5% of turns);
@@ -21,7 +22,8 @@ from policy.turn_probes import HEADS, Head, LinearProbe, TurnProbes
 
 # head -> (bucket its cases are in, the action such a turn expects)
 LESSONS: dict[Head, tuple[str, Action]] = {"urgent": ("high_risk", Action.transfer),
-                                           "disallowed": ("disallowed", Action.refuse)}
+                                           "disallowed": ("disallowed", Action.refuse),
+                                           "human_request": ("human_request", Action.transfer)}
 C = 1.0  # inverse regularisation: out of fold over 19 domains, 0.3-3 give AUC 0.93-0.95 for both heads
 
 

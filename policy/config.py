@@ -28,6 +28,7 @@ class Thresholds(BaseModel):
     # person; at least this likely to be a disallowed request, it is refused
     urgent_p: float = 0.8
     disallowed_p: float = 0.8
+    human_request_p: float = 0.7  # ... at least this likely to ask for a person, it is transferred
     risk_min_dense: float = 0.40  # a critical section must be at least this close to route a transfer
     # a high-risk page only weakly likely to answer routes a transfer only when the urgent probe reads
     # the turn as more likely urgent than not (without the probe, it always does)

@@ -273,7 +273,7 @@ def test_train_probes_fits_on_the_given_domains_only(tmp_path, capsys):
     out = tmp_path / "probes.json"
     assert cli(["--corpus", str(corpus), "--probes", "--out", str(out)]) == 0
     probes = load_probes(out)
-    assert probes.keys() == {"urgent", "disallowed"}
+    assert probes.keys() == {"urgent", "disallowed", "human_request"}
     for head, probe in probes.items():
         assert probe.meta["domains"] == ["vet", "water"] and probe.meta["positives"] > 0, head
         assert str(probe.meta["embedding"]).startswith("minilm-"), head  # the space its weights hold in

@@ -72,7 +72,7 @@ def engine(tmp_path_factory):
 @pytest.mark.unit
 def test_the_shipped_probe_sends_danger_in_any_words_to_a_person(engine):
     """Situations written for this test, in none of the corpus's words; the telecom KB has no page on them."""
-    assert DEFAULT_PROBES_FILE.is_file() and engine.probes.keys() == {"urgent", "disallowed"}
+    assert DEFAULT_PROBES_FILE.is_file() and engine.probes.keys() == {"urgent", "disallowed", "human_request"}
     for said in [COLLAPSED,
                  "There's water pouring through the ceiling onto the electric sockets and sparks are coming out"]:
         assert "urgent" in engine.intents(said), said
@@ -96,6 +96,23 @@ def test_the_shipped_probe_refuses_what_no_caller_may_have_in_words_no_pattern_n
     for said in ["How do I set up my voicemail?", "What does it cost to add a second SIM to my plan?",
                  "Can I add my son to my account as a user?"]:
         assert "disallowed" not in engine.intents(said), said
+
+
+@pytest.mark.unit
+def test_the_shipped_probe_hears_a_request_for_a_person_in_words_no_pattern_or_example_has(engine):
+    """Written for this test; the request patterns and the written examples miss it, the probe transfers."""
+    from policy.signals import human_requested
+
+    no_probes = engine.with_config(engine.config)
+    no_probes.probes = {}
+    for said in ["I'd prefer to go through this with somebody from your team.",
+                 "Could I go over this with one of your staff instead?"]:
+        assert human_requested(said, engine.config) is None and "human_request" not in no_probes.intents(said)
+        assert "human_request" in engine.intents(said), said
+        out = engine.session().turn(said)
+        assert out.decision.action.value == "transfer" and out.gate == "a_human", (said, out.gate)
+    for other in ["Who founded your company?", "How do I set up my voicemail?"]:
+        assert "human_request" not in engine.intents(other), other
 
 
 @pytest.mark.unit
@@ -127,8 +144,8 @@ def test_probes_and_scorer_fitted_on_another_embedding_model_are_named_and_the_p
     other.scorer = type(engine.scorer).from_json({**engine.scorer.to_json(),
                                                   "meta": {**engine.scorer.meta, "embedding": "another-model"}})
     warnings = other.model_warnings()
-    assert len(warnings) == 3 and all("another-model" in w and model in w for w in warnings)
-    assert warnings[0].startswith("turn probe 'urgent'") and "refit" in warnings[2]
+    assert len(warnings) == len(engine.probes) + 1 and all("another-model" in w and model in w for w in warnings)
+    assert warnings[0].startswith("turn probe 'urgent'") and "refit" in warnings[-1]
     assert set(warnings) <= set(other.kb_warnings())
     # a file written before the record is trusted as before
     older = engine.with_config(engine.config)
