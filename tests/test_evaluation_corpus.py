@@ -284,7 +284,7 @@ def test_train_probes_fits_on_the_given_domains_only(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_train_probes_says_which_head_a_corpus_cannot_teach(tmp_path, capsys):
-    """A corpus without a refused disallowed case fits the urgent probe only, and says so."""
+    """A corpus without a refused disallowed case fits no disallowed probe, and says so."""
     import yaml
 
     from evaluation.train import cli
@@ -299,5 +299,5 @@ def test_train_probes_says_which_head_a_corpus_cannot_teach(tmp_path, capsys):
         (tmp_path / "corpus" / name / "cases.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     out = tmp_path / "probes.json"
     assert cli(["--corpus", str(tmp_path / "corpus"), "--probes", "--out", str(out)]) == 0
-    assert load_probes(out).keys() == {"urgent"}
+    assert load_probes(out).keys() == {"urgent", "human_request"}
     assert "warning: no disallowed probe" in capsys.readouterr().err
