@@ -226,8 +226,8 @@ class Engine:
             h.focus_scores = units.scores(h.locator, vec)
 
     def intents(self, text: str) -> dict[str, float]:
-        """Intents this turn has by meaning (policy file `intents`), and "urgent" or "disallowed" from
-        the turn probes, which need no examples; none without the dense model."""
+        """Intents this turn has by meaning (policy file `intents`), and "urgent", "disallowed" or
+        "human_request" from the turn probes, which need no examples; none without the dense model."""
         return self._read_turn(text)[0]
 
     def urgency(self, text: str) -> float | None:

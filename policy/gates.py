@@ -108,7 +108,7 @@ def risky_sections(active: list[GradedHit], cfg: PolicyConfig, urgency: float | 
     only weakly, and a critical topic (an emergency) close to it among the first few. The weak
     readings hold only for a turn that reads as urgent (`urgency`, the urgent probe's probability;
     None: no probe, and they always hold): a weak match alone sent "how do I get more data" to the
-    data-deletion page's team and a lost jacket to the assault line."""
+    data-deletion page's team."""
     th = cfg.thresholds
     out = [g for g in active if _high(g) and g.p >= th.related_p]
     if urgency is not None and urgency < th.weak_risk_urgency:
