@@ -24,7 +24,7 @@ from policy.turn_probes import HEADS, Head, LinearProbe, TurnProbes
 LESSONS: dict[Head, tuple[str, Action]] = {"urgent": ("high_risk", Action.transfer),
                                            "disallowed": ("disallowed", Action.refuse),
                                            "human_request": ("human_request", Action.transfer)}
-C = 1.0  # inverse regularisation: out of fold over 19 domains, 0.3-3 give AUC 0.93-0.95 for both heads
+C = 1.0  # inverse regularisation: out of fold over 19 domains, 0.3-3 give AUC 0.93-0.95 for urgent and disallowed
 
 
 def labelled_turns(case: Case) -> list[tuple[str, dict[Head, int]]]:
