@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, TypedDict, cast
+from typing import Literal, TypedDict, cast, get_args
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from kb.jsontypes import JsonObject
 
 DEFAULT_PROBES_FILE = Path(__file__).with_name("turn_probes.json")
 Head = Literal["urgent", "disallowed", "human_request"]
-HEADS: tuple[Head, ...] = ("urgent", "disallowed", "human_request")
+HEADS: tuple[Head, ...] = get_args(Head)
 
 
 class ProbeError(ValueError):
