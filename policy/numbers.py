@@ -69,10 +69,9 @@ def _unit_kind(unit: str) -> str:
     return _UNIT_KIND.get(_unit_base(unit), "number")
 
 
-# Small cardinals text2num leaves as words ("two guest tickets"); "one" stays a word ("no one").
-_SMALL = {w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve".split())
-          if w != "one"}
-_SMALL_RX = re.compile(r"\b(" + "|".join(_SMALL) + r")\b", re.I)
+# text2num keeps numbers below this as words: "two guest tickets" is 2 tickets, but "one" stays a word
+# ("no one", "the two-year one").
+_WORDS_BELOW = 1.5
 
 
 @lru_cache(maxsize=4096)
@@ -80,10 +79,9 @@ def words_to_digits(text: str) -> str:
     """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
     t = _MEASURE_RX.sub(lambda m: _MEASURES[m.group(1).lower()], text)
     try:
-        t = alpha2digit(t, "en")
+        return alpha2digit(t, "en", threshold=_WORDS_BELOW)
     except Exception:  # noqa: BLE001 - unparseable number words stay words
-        pass
-    return _SMALL_RX.sub(lambda m: _SMALL[m.group(1).lower()], t)
+        return t
 
 
 def _money_value(num: str, unit: str) -> str:
