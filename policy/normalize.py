@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from rapidfuzz import fuzz, process
 
 from .language import FILLERS
+from .numbers import spoken_prices
 from .transcript_tokens import Tok, join_tokens, spoken_numbers, tokens
 
 
@@ -249,18 +250,6 @@ def _spelled_letters(toks: list[Tok], changes: list[str]) -> list[Tok]:
     return out
 
 
-_MONEY = re.compile(r"\b(\d+) dollars?(?: and)? (\d{1,2})(?: cents?)?\b", re.I)
-
-
-def _money(text: str, changes: list[str]) -> str:
-    """'2 dollars 50' / '2 dollars and 50 cents' -> '$2.50', the way prices are written."""
-    def repl(m: re.Match[str]) -> str:
-        new = f"${m.group(1)}.{int(m.group(2)):02d}"
-        changes.append(f"money: {m.group(0)} -> {new}")
-        return new
-    return _MONEY.sub(repl, text)
-
-
 def _repairs(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
     common = common_words()
     for t in toks:
@@ -302,7 +291,7 @@ def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None) -> 
     toks = _joins(toks, changes, vocab)
     toks = _spelled_letters(toks, changes)
     toks = _repairs(toks, changes, vocab)
-    out = _money(join_tokens(toks), changes)
+    out = spoken_prices(join_tokens(toks), changes)
     if out and out[0].islower() and text and text.lstrip()[:1].isupper():
         out = out[0].upper() + out[1:]
     return Normalized(text=out, changes=changes)

@@ -84,6 +84,21 @@ def words_to_digits(text: str) -> str:
         return t
 
 
+# A price as it is said ("7 pounds 50", "2 dollars and 50 cents"), from digits: as it is printed.
+_SPOKEN_PRICE = re.compile(r"\b(\d+) (pound|dollar|euro)s?(?: and)? (\d{1,2})(?: (?:pence|p|cents?))?\b", re.I)
+_SYMBOL = {"pound": "£", "dollar": "$", "euro": "€"}
+
+
+def spoken_prices(text: str, changes: list[str] | None = None) -> str:
+    """'7 pounds 50' -> '£7.50', '2 dollars and 50 cents' -> '$2.50' (each rewrite noted in `changes`)."""
+    def written(m: re.Match[str]) -> str:
+        new = f"{_SYMBOL[m.group(2).lower()]}{m.group(1)}.{int(m.group(3)):02d}"
+        if changes is not None:
+            changes.append(f"money: {m.group(0)} -> {new}")
+        return new
+    return _SPOKEN_PRICE.sub(written, text)
+
+
 def _money_value(num: str, unit: str) -> str:
     value = _canon(num)
     if unit.lower() in ("p", "pence", "cent", "cents"):
@@ -93,7 +108,7 @@ def _money_value(num: str, unit: str) -> str:
 
 def quantities(text: str) -> list[Quantity]:
     """Numbers with their kind; dates and clock times as whole tokens; bare numbers as 'number'."""
-    t = words_to_digits(text)
+    t = spoken_prices(words_to_digits(text))
     found: list[Quantity] = []
     spans: list[tuple[int, int]] = []
     for rx, kind in ((_DATE, "date"), (_CLOCK, "clock")):

@@ -17,6 +17,9 @@ pytestmark = pytest.mark.unit
     ("a fortnight", [Quantity("14", "time")]),
     ("£7.50", [Quantity("7.5", "money")]),
     ("7.50 pounds", [Quantity("7.5", "money")]),
+    # a price as it is said: pounds and pence, dollars and cents are one amount
+    ("seven pounds fifty", [Quantity("7.5", "money")]),
+    ("2 dollars and 50 cents a month", [Quantity("2.5", "money"), Quantity("1", "time")]),
     ("75p a day", [Quantity("0.75", "money"), ]),
     ("5 to 10 business days", [Quantity("5", "time"), Quantity("10", "time")]),
     ("two guest tickets", [Quantity("2", "number")]),
@@ -36,7 +39,8 @@ def test_one_reader_of_numbers(text, expected):
 def test_number_words_and_digits_compare_equal():
     assert number_values("fourteen days") == number_values("14 days") == {"14"}
     assert words_to_digits("half an hour") == "30 minutes"
-    assert unsupported_numbers("It costs $7.50 and takes 3 days.", ["The fee is seven dollars fifty, 3 days"]) == \
+    assert unsupported_numbers("It costs $7.50 and takes 3 days.", ["The fee is seven dollars fifty, 3 days"]) == []
+    assert unsupported_numbers("It costs $7.50 and takes 3 days.", ["The fee is seven dollars, 3 days"]) == \
         ["7.5 (money)"]
 
 

@@ -41,6 +41,8 @@ VOCAB = ["Northbeam", "SIM", "Wi-Fi", "eSIM", "PIN", "PayPal", "iPhone", "APN", 
     ("twenty bucks", "20 dollars"),
     ("it's two point oh five", "it's 2.05"),
     ("three hundred and eighty pounds", "380 pounds"),
+    ("it costs seven pounds fifty", "it costs £7.50"),
+    ("two dollars and fifty cents", "$2.50"),
     # plurals are not numbers ("ones", "tens")
     ("It's one of the luxury ones", "It's one of the luxury ones"),
     ("tens of emails", "tens of emails"),
