@@ -29,9 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--failures", action="store_true", help="list each domain's failing cases")
     p.add_argument("--audio-dir", help="folder of recordings, one sub-folder per domain "
                    "(scripts/make_domain_audio.py): score voice against text instead")
-    p.add_argument("--punctuation", action="store_true",
-                   help="ask every case again without its punctuation marks (shipped scorer) and count the "
-                   "turns whose action changes: the same words should get the same action")
+    p.add_argument("--punctuation", nargs="?", const="marks", choices=("marks", "final"), default=None,
+                   help="ask every case again without its punctuation marks (or, `final`, with each turn's final "
+                   "mark swapped) with the shipped scorer, and count the turns whose action changes: the same "
+                   "words should get the same action")
     p.add_argument("--min-worst", type=float, default=None,
                    help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
     return p
@@ -106,7 +107,7 @@ def _punctuation(args: argparse.Namespace, domains: list[Domain], engines: Engin
     for d in domains:
         if d.sealed:
             continue  # sealed domains are never read case by case
-        per[d.name] = punctuation_shift(engines.get(d), list(d.cases))
+        per[d.name] = punctuation_shift(engines.get(d), list(d.cases), args.punctuation)
         print(f"asked {d.name} again", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps({n: {k: v for k, v in vars(s).items() if k != "examples"} for n, s in per.items()}))

@@ -1,6 +1,7 @@
 """Does punctuation decide? Every case is asked again with its punctuation marks removed, as a
-transcript that runs its sentences together gives it, and each turn's action is compared with the
-action for the words as written. The same words should get the same action; the count of turns that
+transcript that runs its sentences together gives it (or, `final`, with each turn's final mark
+swapped: "?" for "." and back), and each turn's action is compared with the action for the words as
+written. The same words should get the same action; the count of turns that
 change (and of those, how many go from right to wrong) measures how far they do not."""
 from __future__ import annotations
 
@@ -23,8 +24,25 @@ def unpunctuated(text: str) -> str:
 
 def without_marks(case: Case) -> Case:
     """The case with every caller turn as the same words without punctuation marks."""
-    turns = [unpunctuated(t) for t in case.caller_turns]
-    return case.model_copy(update={"question": None, "turns": turns})
+    return asked_again(case, "marks")
+
+
+def final_mark_swapped(text: str) -> str:
+    """The same words ending in the other mark: "?" for "." or "!", "." for "?", "?" where there is none."""
+    t = text.rstrip()
+    if t.endswith("?"):
+        return t[:-1] + "."
+    return (t[:-1] if t.endswith((".", "!")) else t) + "?"
+
+
+# what a case is asked again as: every mark removed, or only its turns' final marks swapped
+VARIANTS = {"marks": unpunctuated, "final": final_mark_swapped}
+
+
+def asked_again(case: Case, variant: str = "marks") -> Case:
+    """The case with every caller turn as the same words, changed as `variant` says."""
+    change = VARIANTS[variant]
+    return case.model_copy(update={"question": None, "turns": [change(t) for t in case.caller_turns]})
 
 
 @dataclass
@@ -61,10 +79,10 @@ def compare(written: CaseResult, bare: CaseResult) -> PunctuationShift:
     return out
 
 
-def punctuation_shift(engine: Engine, cases: list[Case]) -> PunctuationShift:
+def punctuation_shift(engine: Engine, cases: list[Case], variant: str = "marks") -> PunctuationShift:
     total = PunctuationShift()
     for case in cases:
-        total.add(compare(run_text_case(engine, case), run_text_case(engine, without_marks(case))))
+        total.add(compare(run_text_case(engine, case), run_text_case(engine, asked_again(case, variant))))
     return total
 
 

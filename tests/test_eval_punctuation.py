@@ -11,7 +11,8 @@ import pytest
 
 from evaluation.cases import Case
 from evaluation.metrics import CaseResult, TurnRecord
-from evaluation.punctuation import compare, unpunctuated, without_marks
+from evaluation.cli import _parser
+from evaluation.punctuation import asked_again, compare, final_mark_swapped, unpunctuated, without_marks
 from policy.decision import Action, Decision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +30,18 @@ def test_every_turn_of_a_case_loses_its_marks():
     assert without_marks(case).caller_turns == ["Hello there", "It's for work"]
     single = Case.model_validate({"id": "s", "question": "How much, then?", "expect": {"action": "answer"}})
     assert without_marks(single).caller_turns == ["How much then"]
+
+
+@pytest.mark.unit
+def test_final_marks_are_swapped_and_nothing_else():
+    assert final_mark_swapped("Is it free, then?") == "Is it free, then."
+    assert final_mark_swapped("I lost my card.") == "I lost my card?"
+    assert final_mark_swapped("Help!") == "Help?"
+    assert final_mark_swapped("the fee is 7.50") == "the fee is 7.50?"
+    case = Case.model_validate({"id": "c", "turns": ["Hello, there.", "Is it £7.50?"], "expect": {"action": "answer"}})
+    assert asked_again(case, "final").caller_turns == ["Hello, there?", "Is it £7.50."]
+    assert _parser().parse_args(["--corpus", "x", "--punctuation", "final"]).punctuation == "final"
+    assert _parser().parse_args(["--corpus", "x", "--punctuation", "--json"]).punctuation == "marks"
 
 
 def _result(actions: list[Action], expected: list[list[Action]]) -> CaseResult:
