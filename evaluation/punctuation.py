@@ -1,8 +1,8 @@
 """Does punctuation decide? Every case is asked again with its punctuation marks removed, as a
 transcript that runs its sentences together gives it (or, `final`, with each turn's final mark
 swapped: "?" for "." and back), and each turn's action is compared with the action for the words as
-written. The same words should get the same action; the count of turns that
-change (and of those, how many go from right to wrong) measures how far they do not."""
+written. The same words should get the same action; the count of turns that change (and of those,
+how many go from right to wrong) measures how far they do not."""
 from __future__ import annotations
 
 import re

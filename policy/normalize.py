@@ -2,7 +2,8 @@
 
 - fillers dropped ("um", "uh", "you know", "like" used as a filler), and a restart's first copy
   ("the the", "how much, how much do you");
-- spoken numbers to digits ("twenty four hours" → "24 hours", "two point five" → "2.5");
+- spoken numbers to digits ("twenty four hours" → "24 hours", "two point five" → "2.5"), and a
+  price as it is written ("seven pounds fifty" → "£7.50", `numbers.spoken_prices`);
 - split words joined when the joined form is a KB term ("e sim" → "eSIM", "wi fi" → "Wi-Fi");
 - mishearings healed toward KB vocabulary ("rooter" → "router", "voice male" → "voicemail"),
   conservatively: only words that are not common English words, only close matches, and
