@@ -22,11 +22,6 @@ def unpunctuated(text: str) -> str:
     return " ".join(_MARKS.sub(" ", text).split())
 
 
-def without_marks(case: Case) -> Case:
-    """The case with every caller turn as the same words without punctuation marks."""
-    return asked_again(case, "marks")
-
-
 def final_mark_swapped(text: str) -> str:
     """The same words ending in the other mark: "?" for "." or "!", "." for "?", "?" where there is none."""
     t = text.rstrip()

@@ -12,7 +12,7 @@ import pytest
 from evaluation.cases import Case
 from evaluation.metrics import CaseResult, TurnRecord
 from evaluation.cli import _parser
-from evaluation.punctuation import asked_again, compare, final_mark_swapped, unpunctuated, without_marks
+from evaluation.punctuation import asked_again, compare, final_mark_swapped, unpunctuated
 from policy.decision import Action, Decision
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,9 +27,9 @@ def test_marks_go_but_figures_and_joined_words_stay():
 @pytest.mark.unit
 def test_every_turn_of_a_case_loses_its_marks():
     case = Case.model_validate({"id": "c", "turns": ["Hello, there.", "It's for work."], "expect": {"action": "answer"}})
-    assert without_marks(case).caller_turns == ["Hello there", "It's for work"]
+    assert asked_again(case).caller_turns == ["Hello there", "It's for work"]
     single = Case.model_validate({"id": "s", "question": "How much, then?", "expect": {"action": "answer"}})
-    assert without_marks(single).caller_turns == ["How much then"]
+    assert asked_again(single).caller_turns == ["How much then"]
 
 
 @pytest.mark.unit
