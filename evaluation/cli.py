@@ -12,7 +12,7 @@ from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_
 from .corpus_audio import audio_corpus, format_audio_corpus
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
-from .punctuation import format_shifts, punctuation_shift
+from .punctuation import VARIANTS, format_shifts, punctuation_shift
 from .train import fit_all
 
 
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--failures", action="store_true", help="list each domain's failing cases")
     p.add_argument("--audio-dir", help="folder of recordings, one sub-folder per domain "
                    "(scripts/make_domain_audio.py): score voice against text instead")
-    p.add_argument("--punctuation", nargs="?", const="marks", choices=("marks", "final"), default=None,
+    p.add_argument("--punctuation", nargs="?", const="marks", choices=tuple(VARIANTS), default=None,
                    help="ask every case again without its punctuation marks (or, `final`, with each turn's final "
                    "mark swapped) with the shipped scorer, and count the turns whose action changes: the same "
                    "words should get the same action")
