@@ -39,7 +39,8 @@ class Thresholds(BaseModel):
     soft_match: float = 0.6  # word cosine at which a section's word counts as saying the caller's word
 
     def probe_p(self, head: str) -> float:
-        """The probability at which a turn probe's head counts: `<head>_p` (`urgent_p`, `disallowed_p`, `human_request_p`)."""
+        """The probability at which a turn probe's head counts: `<head>_p` (`urgent_p`, `disallowed_p`,
+        `human_request_p`)."""
         return float(getattr(self, f"{head}_p"))
 
 
