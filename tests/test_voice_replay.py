@@ -98,6 +98,33 @@ def test_bench_voice_json(tmp_path):
     assert (out / "voice_latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.audio
+@pytest.mark.slow
+def test_bench_voice_on_the_phone_line(tmp_path):
+    if not any((ROOT / "fixtures/audio").glob("*.wav")):
+        pytest.skip("audio fixtures not generated")
+    r = run("bench", "voice", "--limit", "1", "--line", "phone", "--json", "--state-dir", str(tmp_path), timeout=300)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["line"] == "phone" and res["turns"] >= 1 and 200 < res["p50_ms"] < 10000
+
+
+@pytest.mark.unit
+def test_the_phone_line_carries_8_khz_mulaw_audio():
+    import numpy as np
+
+    from voice_agent.bench_voice import _as_line
+
+    t = np.arange(16000) / 16000
+    tone = (0.3 * np.sin(2 * np.pi * 300 * t) + 0.3 * np.sin(2 * np.pi * 6000 * t)).astype(np.float32)
+    assert _as_line(tone, 16000) is tone
+    line = _as_line(tone, 8000)
+    assert len(line) == 8000
+    spectrum = np.abs(np.fft.rfft(line))
+    assert spectrum[300] > 100 * spectrum[3500:].max()  # the voice band passes; 6 kHz cannot
+    assert 0 < np.abs(line - np.sin(2 * np.pi * 300 * t[::2]) * 0.3).max() < 0.05  # μ-law's small error
+
+
 @pytest.mark.unit
 def test_bench_voice_out_must_be_a_folder(tmp_path):
     f = tmp_path / "taken"

@@ -26,14 +26,13 @@ from kb.loader import kb_dir_error
 from kb.measure import percentile, usable_cores
 from policy.cli import fail
 
-from .audio import AudioError, float_to_pcm16, resample
+from .audio import AudioError, float_to_pcm16, mulaw_decode, mulaw_encode, resample
 from .audio_files import read_audio
 from .call import CallConfig, VoiceRuntime
 from .call.runtime import REHEAR_MODEL
 from .stages.vad import StreamingVad
 
 SR = 16000
-CHUNK = SR // 50  # 20 ms
 STAGES = ["endpoint", "asr_wait", "asr", "retrieve", "policy", "tts_first_audio", "total"]
 
 
@@ -49,6 +48,7 @@ class BenchResult(TypedDict):
     turns: int
     recordings: int
     asr_model: str
+    line: str  # wideband (16 kHz) or phone (8 kHz μ-law)
     speculative_hit_rate: float
     speculative_reply_hit_rate: float
     pause_ms: int
@@ -72,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rehear-model", default=REHEAR_MODEL,
                    help="the second decode's model on the refusal path (default: the call's own; e.g. base, "
                         "the first model when not installed)")
+    p.add_argument("--line", choices=("wideband", "phone"), default="wideband",
+                   help="phone: the recordings go in as a phone line's 8 kHz μ-law audio (default: wideband, 16 kHz)")
     p.add_argument("--end-silence-ms", type=int, default=500)
     p.add_argument("--no-speculative", action="store_true", help="transcribe only after the turn has ended")
     p.add_argument("--no-asr-repair", action="store_true",
@@ -135,14 +137,16 @@ async def _one(runtime: VoiceRuntime, pcm: np.ndarray, ends: list[float], config
             done.set()
 
     task = asyncio.create_task(consume())
+    rate = config.input_rate
+    chunk = rate // 50  # 20 ms
     tail = np.zeros(int(1.5 * SR), np.float32)  # the caller waits for the answer
-    data = float_to_pcm16(np.concatenate([pcm, tail]))
+    data = float_to_pcm16(_as_line(np.concatenate([pcm, tail]), rate))
     t0 = time.perf_counter()
     n = len(data) // 2
-    for i in range(0, n, CHUNK):
-        await call.feed_audio(data[2 * i : 2 * (i + CHUNK)])
+    for i in range(0, n, chunk):
+        await call.feed_audio(data[2 * i : 2 * (i + chunk)])
         # Real-time pace, against the clock (not cumulative sleeps) so drift does not build up.
-        delay = t0 + (i + CHUNK) / SR - time.perf_counter()
+        delay = t0 + (i + chunk) / rate - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
     await call.end_of_input()
@@ -169,6 +173,11 @@ async def _one(runtime: VoiceRuntime, pcm: np.ndarray, ends: list[float], config
                 row[s] = t[s]
         rows.append(row)
     return rows
+
+
+def _as_line(pcm: np.ndarray, rate: int) -> np.ndarray:
+    """16 kHz audio as the call receives it: unchanged, or at a phone line's 8 kHz through μ-law."""
+    return pcm if rate == SR else mulaw_decode(mulaw_encode(resample(pcm, SR, rate)))
 
 
 def _turn_summary(row: dict[str, float]) -> str:
@@ -222,6 +231,7 @@ def _call_config(args: argparse.Namespace) -> CallConfig:
     # Barge-in is off here (the recordings' turns do not wait for the reply to finish), so replies
     # render straight through as in replay: paced rendering would hold the TTS worker for the next turn.
     return CallConfig(asr_model=args.asr_model, end_silence_ms=args.end_silence_ms, barge_in=False,
+                      input_rate=8000 if args.line == "phone" else SR,
                       reply_lead_s=None,
                       speculative_asr=not args.no_speculative,
                       speculative_reply=not (args.no_speculative or args.no_speculative_reply),
@@ -238,8 +248,8 @@ def _share(rows: list[dict[str, float]], key: str) -> float:
 def _print_text(result: BenchResult, raw: dict[str, float]) -> None:
     """The human-readable report; `raw` holds the unrounded rates and sizes."""
     stages = result["stages"]
-    print(f"\n{result['turns']} turns from {result['recordings']} recordings, ASR {result['asr_model']}, "
-          f"{result['cores']} cores")
+    print(f"\n{result['turns']} turns from {result['recordings']} recordings, {result['line']} line, "
+          f"ASR {result['asr_model']}, {result['cores']} cores")
     print(f"{'stage':<16}{'p50 ms':>10}{'p95 ms':>10}")
     for s in STAGES:
         print(f"{s:<16}{stages[s]['p50']:>10.0f}{stages[s]['p95']:>10.0f}")
@@ -268,7 +278,8 @@ def _summarize(rows: list[dict[str, float]], n_recordings: int, asr_model: str, 
     result: BenchResult = {
         "p50_ms": stages["total"]["p50"], "p95_ms": stages["total"]["p95"], "stages": stages,
         "rtf": round(rtf, 3), "rss_mb": round(rss, 1), "cores": usable_cores(), "turns": len(rows),
-        "recordings": n_recordings, "asr_model": asr_model, "speculative_hit_rate": round(raw["spec"], 2),
+        "recordings": n_recordings, "asr_model": asr_model, "line": "phone" if config.narrowband else "wideband",
+        "speculative_hit_rate": round(raw["spec"], 2),
         "speculative_reply_hit_rate": round(raw["spec_reply"], 2), "pause_ms": config.pause_ms,
         "early_end_rate": round(raw["early"], 2), "early_end_ms": config.early_end_ms,
         "load_s": round(load_s, 2), "goal": {"p50_ms": 600, "p95_ms": 900}, "paths": _paths(rows)}
