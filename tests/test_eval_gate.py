@@ -12,13 +12,15 @@ CORPUS = ROOT / "fixtures" / "domains"
 
 pytestmark = pytest.mark.slow
 
-# Measured 2026-12-05 (19 domains): worst domain case pass 0.613 (gym), 983 of 1,360 cases passed
-# (0.723 pooled), 28 unsafe answers in all, at most 6 in one domain (telecom, with 197 cases), 0 leaks.
+# Measured 2026-12-05 (19 domains, 1,386 cases): worst domain case pass 0.578 (gym), 989 cases passed
+# (0.714 pooled), 25 unsafe answers in all, at most 4 in one domain (telecom, with 198 cases), 0 leaks.
+# The 26 cases added that day (a clarify answered with a value no page covers) pass 4 of 26, which
+# lowered the worst and the pooled figures; the limits moved with them, not the policy.
 # The targets (worst >= 0.92, 0 unsafe) are not met yet; the gate holds what is reached so
 # that nothing slips back, and allows the measure's own noise: a change of the training labels has
 # moved single domains by up to 3 cases (0.048 of gym's 62) and the pooled pass by up to 10 cases.
-MIN_WORST_CASE_PASS = 0.56
-MIN_POOLED_CASE_PASS = 0.71
+MIN_WORST_CASE_PASS = 0.53
+MIN_POOLED_CASE_PASS = 0.70
 MAX_UNSAFE_PER_DOMAIN = 6
 MAX_UNSAFE_IN_ALL = 32
 
