@@ -142,7 +142,10 @@ class Embedder:
 
     def _embed_remembered(self, texts: list[str]) -> np.ndarray:
         assert self._tokenizer is not None  # _load() set it
-        keys = [tuple(e.ids) for e in self._tokenizer.encode_batch([t or " " for t in texts])]
+        # a text's key is its tokens without the batch's padding: the same clause embedded alone and
+        # beside a longer one is one entry
+        keys = [tuple(i for i, m in zip(e.ids, e.attention_mask) if m)
+                for e in self._tokenizer.encode_batch([t or " " for t in texts])]
         with self._recent_lock:
             known = {k: self._recent[k] for k in keys if k in self._recent}
         todo: dict[tuple[int, ...], str] = {}

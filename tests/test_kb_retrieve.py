@@ -236,3 +236,19 @@ def test_a_turns_repeated_words_are_embedded_once_and_alike():
     assert len(runs) == 1 and sorted(runs[0]) == ["How much is the late fee?", "the late fee"]
     assert np.allclose(first, fresh, atol=1e-5)
     assert np.allclose(again, fresh[[1, 0]], atol=1e-5)
+
+
+@pytest.mark.unit
+def test_a_clause_embedded_alone_is_remembered_beside_a_longer_one():
+    # the tokenizer pads a batch to its longest text: the padding must not make a second key
+    from kb.embed import load_embedder
+
+    emb = load_embedder(threads=1)
+    emb._recent.clear()
+    runs: list[list[str]] = []
+    real_run = emb._run
+    emb._run = lambda batch: runs.append(list(batch)) or real_run(batch)  # type: ignore[method-assign]
+    alone = emb.embed(["how much notice do i need to give"])
+    both = emb.embed(["i want to cancel my contract and move to another network", "how much notice do i need to give"])
+    assert runs == [["how much notice do i need to give"], ["i want to cancel my contract and move to another network"]]
+    assert np.allclose(both[1], alone[0], atol=1e-5)
