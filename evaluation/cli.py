@@ -10,6 +10,7 @@ from pathlib import Path
 from .cases import CasesError
 from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
 from .corpus_audio import audio_corpus, format_audio_corpus
+from .corpus_diff import DiffError, diff_runs, load_run
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
 from .punctuation import VARIANTS, format_shifts, punctuation_shift
@@ -33,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="ask every case again without its punctuation marks (or, `final`, with each turn's final "
                    "mark swapped) with the shipped scorer, and count the turns whose action changes: the same "
                    "words should get the same action")
+    p.add_argument("--against", metavar="CORPUS_JSON",
+                   help="compare with an earlier run's corpus.json (from --out): cases gained and lost, unsafe "
+                   "answers, and how many turns changed decision")
     p.add_argument("--min-worst", type=float, default=None,
                    help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
     return p
@@ -58,7 +62,8 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
         if not (args.no_refit or args.punctuation) and sum(not d.sealed for d in domains) < 2:
             raise CasesError(f"{args.corpus}: leave-one-domain-out needs at least two domains to fit on; "
                              "add domains, or score with the shipped scorer (--no-refit)")
-    except CasesError as exc:
+        before = load_run(args.against) if args.against else None
+    except (CasesError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     engines = Engines()
@@ -87,6 +92,8 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
                     continue  # sealed domains are never read case by case
                 for cid, why in m["failures"].items():
                     print(f"  {name}/{cid}: {'; '.join(why)}")
+        if before is not None:
+            print("\n" + "\n".join(diff_runs(before, per).lines()))
         if args.out:
             print(f"\nwrote {Path(args.out) / 'corpus.png'} and corpus.json")
     open_ = {n: m for n, m in per.items() if not m.get("sealed")}

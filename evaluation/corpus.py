@@ -20,6 +20,7 @@ from policy.engine import Engine
 from policy.scorer import Scorer
 from policy.turn_probes import TurnProbes
 
+from .corpus_diff import turn_label
 from .leaks import LeakCheck
 
 T = TypeVar("T")
@@ -127,6 +128,7 @@ def score_domain(engine: Engine, d: Domain, *, baselines: bool = True) -> tuple[
     results, m = evaluate(engine, list(d.cases))
     m["leaks"], m["leak_detail"] = count_leaks(engine, results)
     m["failures"] = {r.case.id: r.failures for r in results if not r.ok}
+    m["decisions"] = {r.case.id: [turn_label(t.decision) for t in r.turns] for r in results}
     if baselines:
         for name, key in BASELINE_COSTS.items():
             _, b = evaluate(engine, list(d.cases), policy=name)
@@ -167,6 +169,7 @@ def leave_one_out(domains: list[Domain], engines: Engines, fit: Fitter | None,
         if d.sealed:  # a sealed domain is scored, never read case by case
             per[d.name].pop("failures")
             per[d.name].pop("leak_detail")
+            per[d.name].pop("decisions")
         if progress:
             progress(d.name)
     return per

@@ -74,6 +74,8 @@ class Metrics(Summary, total=False):
     leaks: int
     leak_detail: list[str]
     failures: dict[str, list[str]]
+    # per case, each turn's action and first reason ("refuse:low_retrieval_score"): what a rerun compares
+    decisions: dict[str, list[str]]
     cost_minimal: float | None
     cost_threshold: float | None
     costs: dict[str, float]

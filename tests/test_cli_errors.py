@@ -25,6 +25,8 @@ pytestmark = pytest.mark.slow
     (["eval", "--corpus", "/no/such/corpus"], "corpus directory not found"),
     (["train", "--corpus", "/no/such/corpus"], "corpus directory not found"),
     (["eval", "--corpus", str(ROOT / "tests" / "data" / "one_domain")], "needs at least two domains"),
+    (["eval", "--corpus", str(ROOT / "fixtures" / "domains"), "--against", "/no/such/corpus.json"],
+     "cannot read an earlier corpus run"),
     (["replay", "--kb", KB, "--role", "agnet", str(ROOT / "fixtures" / "audio" / "d01.wav")], "unknown role 'agnet'"),
     (["client", "--text", "hi", "--resume-url", "http://127.0.0.1:1/v1/call"], "--resume-url http://"),
     (["bench", "load", "--servers", "2", "--store", "jsonl"], "servers share calls through PostgreSQL"),
