@@ -22,7 +22,7 @@ class Thresholds(BaseModel):
     conflict_p: float = 0.5  # sections at least this likely to answer are compared for conflicting figures
     facet_margin: float = 0.3  # likely answers within this of the best decide whether a facet matters
     facet_floor: float = 0.35  # ... if at least this likely
-    clarified_p: float = 0.5  # a page our clarify was asked for answers, once the caller has said which applies
+    clarified_p: float = 0.5  # a page scoped to who the caller said they are (asked or unasked) answers this likely
     min_dense: float = 0.30  # an approval action's own section must be at least this close in meaning
     # a turn the turn probes (policy/turn_probes.py) put at least this likely to be urgent goes to a
     # person; at least this likely to be a disallowed request, it is refused

@@ -371,3 +371,24 @@ def test_without_the_dense_model_the_row_that_says_the_question_is_spoken():
     o = run("how much is a full service on an ebike", result(prices, lexical_only=True))
     msg, _ = compose(o, "how much is a full service on an ebike", CFG)
     assert "£130" in msg and "£40" not in msg, msg
+
+
+def test_a_page_scoped_to_what_the_caller_said_unasked_answers_when_more_likely_than_not():
+    """"We're a business, how long does a refund take": the business page, only fairly likely to answer
+    (0.72, under the answer threshold), answers because it is written for this caller. With nothing
+    said of the caller we ask which applies; on a key the KB does not split, or when less likely than
+    not, it stays refused."""
+    page = hit("refund-business", "Business refunds are paid within 10 business days.", dense=0.6,
+               missing=("long",), applies_to={"customer_type": "business"})
+    split = {"customer_type": {"business", "personal"}}
+    o = run("how long does a refund take", result(page), caller_facets={"customer_type": "business"}, kb_facets=split)
+    assert 0.5 <= o.graded[0].p < 0.77 and o.action == Action.answer
+    assert o.signals["scoped_to_caller"] == {"facets": {"customer_type": "business"}, "asked": False}
+    assert run("how long does a refund take", result(page), kb_facets=split).action == Action.clarify
+    unsplit = {"customer_type": {"business"}}
+    o = run("how long does a refund take", result(page), caller_facets={"customer_type": "business"}, kb_facets=unsplit)
+    assert o.action == Action.refuse
+    weak = hit("refund-business", "Business refunds are paid within 10 business days.", dense=0.45,
+               missing=("long",), applies_to={"customer_type": "business"})
+    o = run("how long does a refund take", result(weak), caller_facets={"customer_type": "business"}, kb_facets=split)
+    assert o.graded[0].p < 0.5 and o.action == Action.refuse
