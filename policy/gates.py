@@ -253,8 +253,9 @@ def _scoped_to_caller(best: GradedHit, facts: TurnFacts, floor: float) -> dict[s
     this caller, and only which variant applies was open. Its variant may not have been retrieved
     when we asked (the cat's page, when we asked "cat, dog or rabbit?" from the dog's and the
     rabbit's). Refusing it would make our question, or the caller's words, count for nothing.
-    Over the 19 development domains, leave-one-domain-out, 7 of the 8 pages so scoped that this
-    answered unasked between 0.5 and the answer threshold answered rightly."""
+    Over the 19 development domains, leave-one-domain-out, 7 of the 9 pages so scoped that this
+    answered unasked between 0.5 and the answer threshold answered rightly (one spoke the wrong
+    sentence; one answered a neighbouring fact)."""
     keys = facts.pending_facets or [k for k in best.hit.applies_to if len(facts.kb_facets.get(k, ())) > 1]
     if not keys or best.p < floor or any(
             k not in facts.caller_facets or best.hit.applies_to.get(k) != facts.caller_facets[k] for k in keys):
