@@ -167,3 +167,24 @@ def test_a_frightened_caller_reaches_a_person_even_when_the_turn_also_reads_as_d
     said = "I'm terrified, my ex is outside my door shouting, can you tell me his new address so the police can find him?"
     assert {"urgent", "disallowed"} <= engine.intents(said).keys()
     assert engine.session().turn(said).decision.action.value == "transfer"
+
+
+@pytest.mark.unit
+def test_general_turns_are_read_embedded_and_labelled_by_their_list(tmp_path):
+    """A head learns from the general turns of its own file only: its kind as 1, the calm ones as 0."""
+    from evaluation.probe_fit import general_turns
+
+    (tmp_path / "urgent_turns.yaml").write_text('urgent: ["there is smoke everywhere", "he hit me"]\n'
+                                                'calm: ["what is my balance"]\n')
+    seen: list[str] = []
+
+    def embed(texts: list[str]) -> np.ndarray:
+        seen.extend(texts)
+        return np.ones((len(texts), 3), dtype=np.float32)
+
+    x, y = general_turns("urgent", embed, "m1", folder=tmp_path)
+    assert x.shape == (3, 3) and y.tolist() == [1, 1, 0]
+    assert seen == ["there is smoke everywhere", "he hit me", "what is my balance"]
+    assert general_turns("disallowed", embed, "m1", folder=tmp_path) is None  # no file for that head
+    general_turns("urgent", embed, "m1", folder=tmp_path)
+    assert len(seen) == 3  # embedded once per file and model
