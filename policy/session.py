@@ -128,8 +128,9 @@ class Session:
         norm = None if low_conf else normalize_transcript(text, self.engine.vocabulary(self.role))
         said = norm.text if norm else text
         social = None if low_conf else small_talk(said)
-        # a turn that asks for a person, an action or something refused is its own request, never the
-        # answer to a pending clarify ("just put me through to a person" is not "personal")
+        # a turn that asks for a person, an action or something refused, or says the caller is in danger,
+        # is its own request, never the answer to a pending clarify ("just put me through to a person" is
+        # not "personal"; "there's a smell of gas" after "business or residential?" is not asked again)
         own_request = not (low_conf or social) and self._is_request(said, text)
         self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
@@ -265,10 +266,12 @@ class Session:
         return new
 
     def _is_request(self, *texts: str) -> bool:
-        """Whether the turn, as repaired or as said, asks for a person, an action or something refused."""
+        """Whether the turn, as repaired or as said, asks for a person, an action or something refused,
+        or reads as a caller in danger or distress."""
         cfg, texts = self.engine.config, tuple(dict.fromkeys(texts))
+        own = {"human_request", "distress", "urgent"}
         return any(first_reading(read, texts, cfg) for read in (human_requested, approval_action, disallowed_request)) \
-            or any("human_request" in self.engine.intents(t) for t in texts)
+            or any(own & set(self.engine.intents(t)) for t in texts)
 
     def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
         """Fill facets the caller states; a reply to a clarify continues the pending question, and

@@ -57,3 +57,18 @@ def test_figures_of_speech_rarely_read_as_danger(engine):
     calm = SELF_HARM["not_crisis"] + DANGER["not_danger"]
     read = [t for t, o in zip(calm, _outcomes(engine, calm)) if o.gate == "c_distress"]
     assert len(read) <= 10, read
+
+
+def test_danger_said_in_answer_to_a_clarify_is_never_asked_again(tmp_path):
+    """The clarify's retry ("Sorry, I didn't catch your customer type") must not come before a person."""
+    energy = Engine.load("fixtures/domains/energy/kb", state_dir=tmp_path)
+
+    def second(turn: str):
+        s = energy.session()
+        assert s.turn("How much is the standing charge on the gas?").decision.action.value == "clarify"
+        return s.turn(turn)
+
+    assert second("there's a strong smell of gas in my kitchen").decision.action.value == "transfer"
+    assert second("honestly I don't care any more, I just want to die").gate == "c_distress"
+    assert second("it's a business").decision.action.value == "answer"  # an answer is still an answer
+    assert second("no idea").gate == "h_facet_retry"
