@@ -177,8 +177,10 @@ def decide(facts: TurnFacts, cfg: PolicyConfig, scorer: Scorer) -> GateOutcome:
 
 def _conversation_gates(facts: TurnFacts, cfg: PolicyConfig, signals: dict[str, object],
                         out) -> GateOutcome | None:  # noqa: ANN001
-    # a doubtful hearing is asked again, unless it asks for a person: that is never second to anything
-    if facts.asr_low_confidence and not (_said(human_requested, facts, cfg) or "human_request" in facts.intents):
+    # a doubtful hearing is asked again, unless it asks for a person or reads as a caller in danger:
+    # those are never second to anything
+    if facts.asr_low_confidence and not (_said(human_requested, facts, cfg) or "human_request" in facts.intents
+                                         or _urgent(facts)):
         return out(Action.clarify, [Reason.asr_low_confidence], "asr")
     if facts.small_talk:  # greetings, thanks, goodbyes ask nothing: a social reply
         signals["small_talk"] = facts.small_talk
