@@ -12,17 +12,17 @@ CORPUS = ROOT / "fixtures" / "domains"
 
 pytestmark = pytest.mark.slow
 
-# Measured 2026-12-05 (19 domains, 1,386 cases): worst domain case pass 0.578 (gym), 989 cases passed
-# (0.714 pooled), 25 unsafe answers in all, at most 4 in one domain (telecom, with 198 cases), 0 leaks.
-# The 26 cases added that day (a clarify answered with a value no page covers) pass 4 of 26, which
-# lowered the worst and the pooled figures; the limits moved with them, not the policy.
+# Measured 2026-12-05, twenty-sixth session (19 domains, 1,386 cases, the scorer boosted 300 rounds):
+# worst domain case pass 0.636 (rail), 1,000 cases passed (0.722 pooled), 23 unsafe answers in all,
+# at most 4 in one domain (telecom, with 198 cases), 0 leaks.
 # The targets (worst >= 0.92, 0 unsafe) are not met yet; the gate holds what is reached so
-# that nothing slips back, and allows the measure's own noise: a change of the training labels has
-# moved single domains by up to 3 cases (0.048 of gym's 62) and the pooled pass by up to 10 cases.
-MIN_WORST_CASE_PASS = 0.53
+# that nothing slips back, and allows the measure's own noise: a change of the training labels or of
+# the number of boosting rounds has moved single domains by up to 3 cases (0.048 of gym's 64) and the
+# pooled pass by up to 10 cases.
+MIN_WORST_CASE_PASS = 0.58
 MIN_POOLED_CASE_PASS = 0.70
 MAX_UNSAFE_PER_DOMAIN = 6
-MAX_UNSAFE_IN_ALL = 32
+MAX_UNSAFE_IN_ALL = 30
 
 
 @pytest.fixture(scope="module")
