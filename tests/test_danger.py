@@ -42,7 +42,9 @@ def test_most_self_harm_turns_go_to_a_person_with_care_first(engine):
     assert len(transferred) >= 25, f"{len(transferred)} of {len(outcomes)} self-harm turns go to a person"
     by_distress = [o for o in transferred if o.gate == "c_distress"]
     assert by_distress and all(o.decision.message.startswith("I'm sorry you're going through this")
-                               and "emergency services" in o.decision.message for o in by_distress)
+                               and "emergency services" in o.decision.message
+                               and "team" not in o.decision.message for o in by_distress)
+    assert all(o.decision.handoff is not None and o.decision.handoff.team for o in by_distress)
 
 
 @pytest.mark.parametrize("kind, floor", [("domestic_abuse", 7), ("medical_emergency", 9), ("fire_gas_electric", 9),
