@@ -18,7 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from policy.config import load_policy_config
+from policy.decision import Reason
 from policy.engine import Engine
+from policy.gates import TurnFacts, decide
+from tests.policy_helpers import TEST_SCORER
 
 pytestmark = pytest.mark.unit
 
@@ -74,3 +78,12 @@ def test_danger_said_in_answer_to_a_clarify_is_never_asked_again(tmp_path):
     assert second("honestly I don't care any more, I just want to die").gate == "c_distress"
     assert second("it's a business").decision.action.value == "answer"  # an answer is still an answer
     assert second("no idea").gate == "h_facet_retry"
+
+
+def test_a_doubtful_hearing_of_a_caller_in_danger_is_transferred_not_asked_again():
+    cfg = load_policy_config()
+    facts = {"question": "there's smoke coming from the socket", "intents": {"urgent": 0.9}}
+    o = decide(TurnFacts(result=None, asr_low_confidence=True, **facts), cfg, TEST_SCORER)
+    assert o.action.value == "transfer" and o.gate == "c_distress"
+    o = decide(TurnFacts(result=None, asr_low_confidence=True, question="mumble"), cfg, TEST_SCORER)
+    assert o.reasons == [Reason.asr_low_confidence]

@@ -317,14 +317,6 @@ def test_a_doubtful_hearing_that_asks_for_a_person_is_transferred_not_asked_agai
         assert o.action == Action.transfer and o.reasons == [Reason.human_requested], facts
 
 
-def test_a_doubtful_hearing_of_a_caller_in_danger_is_transferred_not_asked_again():
-    facts = {"question": "there's smoke coming from the socket", "intents": {"urgent": 0.9}}
-    o = decide(TurnFacts(result=None, asr_low_confidence=True, **facts), CFG, TEST_SCORER)
-    assert o.action == Action.transfer and o.gate == "c_distress"
-    o = decide(TurnFacts(result=None, asr_low_confidence=True, question="mumble"), CFG, TEST_SCORER)
-    assert o.reasons == [Reason.asr_low_confidence]
-
-
 @pytest.mark.parametrize("title, spoken", [
     ("Early cancellation refunds", "According to our early cancellation refunds"),
     ("Family Safe parental controls", "According to our Family Safe parental controls"),
