@@ -92,13 +92,13 @@ def team_phrase(team: str) -> str:
 
 
 def _transfer_message(o: GateOutcome, cfg: PolicyConfig) -> str:
-    team = team_phrase(o.team or cfg.default_team)
     if o.gate == "c_distress":
         # A caller in danger or distress hears care first, never "a specialist", and no queue's name: on
         # a KB without a crisis page the nearest high-risk team may be complaints (the handoff keeps it).
         return ("I'm sorry you're going through this. Please stay on the line: I'm putting you through to a "
                 "person now, with what you've told me, so you won't need to repeat yourself. If you are in "
                 "danger right now, call the emergency services.")
+    team = team_phrase(o.team or cfg.default_team)
     if Reason.human_requested in o.reasons:
         lead = "Of course."
     elif Reason.conflicting_sources in o.reasons:
