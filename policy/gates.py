@@ -59,9 +59,13 @@ class TurnFacts:
     today: dt.date | None = None  # the date the KB's statuses were read on; None: dates ahead are not read
 
 
+# the intents that say the caller is in danger or distress: a written example's meaning, the urgent probe
+DANGER_INTENTS = frozenset({"distress", "urgent"})
+
+
 def _urgent(facts: TurnFacts) -> bool:
     """The caller is in danger or distress, by a written example's meaning or the urgent turn probe."""
-    return "distress" in facts.intents or "urgent" in facts.intents
+    return bool(DANGER_INTENTS & set(facts.intents))
 
 
 def _said(read: Callable[[str, PolicyConfig], str | None], facts: TurnFacts, cfg: PolicyConfig) -> str | None:

@@ -18,7 +18,7 @@ from .baselines import BASELINES  # the naive designs, run side by side by the e
 from .compose import compose
 from .decision import Action, Decision, Reason
 from .evidence import GradedHit
-from .gates import GateOutcome, TurnFacts, decide
+from .gates import DANGER_INTENTS, GateOutcome, TurnFacts, decide
 from .language import asks_question, normalize_text, sentences
 from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
@@ -269,7 +269,7 @@ class Session:
         """Whether the turn, as repaired or as said, asks for a person, an action or something refused,
         or reads as a caller in danger or distress."""
         cfg, texts = self.engine.config, tuple(dict.fromkeys(texts))
-        own = {"human_request", "distress", "urgent"}
+        own = DANGER_INTENTS | {"human_request"}
         return any(first_reading(read, texts, cfg) for read in (human_requested, approval_action, disallowed_request)) \
             or any(own & set(self.engine.intents(t)) for t in texts)
 
