@@ -47,6 +47,9 @@ def _policy_vs_kb(cfg: PolicyConfig, kb_dir: str, where: str) -> list[Finding]:
     if teams and cfg.default_team not in teams:
         out.append(Finding(where, 0, "note", f"default_team {cfg.default_team!r} is not a handoff_team of any "
                            f"document ({', '.join(sorted(teams))}); transfers with no topic go there"))
+    if teams and cfg.distress_team and cfg.distress_team not in teams:
+        out.append(Finding(where, 0, "note", f"distress_team {cfg.distress_team!r} is not a handoff_team of any "
+                           f"document{_hint(cfg.distress_team, teams)}; callers in danger or distress go there"))
     return out
 
 

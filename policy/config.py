@@ -80,6 +80,9 @@ class PolicyConfig(BaseModel):
     facet_synonyms: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     facet_questions: dict[str, str] = Field(default_factory=dict)
     default_team: str = "customer_care"
+    # Where a caller in danger or distress goes (a welfare or safeguarding desk); None: the team of
+    # the closest high-risk page among the hits, else default_team.
+    distress_team: str | None = None
     sources: list[str] = Field(default_factory=list)  # files merged into this config, for the audit
 
     @property

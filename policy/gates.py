@@ -240,13 +240,13 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
         return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),
                    evidence=risky[:3], risk_level=_risk_of(risky), evidence_status="partial")
     # A caller in distress (hurt, threatened, frightened; read by meaning, or by the urgent turn probe) goes
-    # to a person, whatever the KB says: to the team of the closest high-risk page among the hits, else
-    # the default queue.
+    # to a person, whatever the KB says: to the KB's distress team when it names one, else to the team of
+    # the closest high-risk page among the hits, else the default queue.
     if _urgent(facts):
         signals.update({k: round(facts.intents[k], 3) for k in ("distress", "urgent") if k in facts.intents})
         high = sorted((g for g in active if _high(g)), key=lambda g: -g.topic)[:3]
-        return out(Action.transfer, [Reason.high_risk_topic], "c_distress", team=_team(high, cfg), evidence=high,
-                   risk_level=max(_risk_of(high), "high", key=lambda r: RISK_ORDER[r]),
+        return out(Action.transfer, [Reason.high_risk_topic], "c_distress", team=cfg.distress_team or _team(high, cfg),
+                   evidence=high, risk_level=max(_risk_of(high), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if high else "missing")
     return None
 

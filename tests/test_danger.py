@@ -87,3 +87,16 @@ def test_a_doubtful_hearing_of_a_caller_in_danger_is_transferred_not_asked_again
     assert o.action.value == "transfer" and o.gate == "c_distress"
     o = decide(TurnFacts(result=None, asr_low_confidence=True, question="mumble"), cfg, TEST_SCORER)
     assert o.reasons == [Reason.asr_low_confidence]
+
+
+def test_a_kb_that_names_a_distress_team_gets_callers_in_danger():
+    cfg = load_policy_config()
+    facts = {"question": "I've taken a load of pills", "intents": {"urgent": 0.95}}
+    before = decide(TurnFacts(result=None, **facts), cfg, TEST_SCORER)
+    assert before.gate == "c_distress" and before.team == cfg.default_team
+    welfare = cfg.model_copy(update={"distress_team": "welfare"})
+    o = decide(TurnFacts(result=None, **facts), welfare, TEST_SCORER)
+    assert o.action.value == "transfer" and o.gate == "c_distress" and o.team == "welfare"
+    # the team is the KB's to choose; every other transfer keeps its own routing
+    asked = decide(TurnFacts(result=None, question="can I speak to a real person"), welfare, TEST_SCORER)
+    assert asked.team != "welfare"

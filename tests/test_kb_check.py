@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from kb.check import check_kb
+from policy.cli_kb import policy_findings
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,6 +95,16 @@ def test_a_mistyped_policy_setting_is_an_error_with_a_hint(tmp_path):
                          capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 1
     assert "unknown setting 'thresholds.relatd_p'; did you mean 'related_p'?" in res.stdout
+
+
+def test_a_distress_team_no_document_names_gets_a_note_with_a_hint(tmp_path):
+    kb = tmp_path / "kb"
+    _write(kb, "x.md", "id: x\ntitle: X\nhandoff_team: welfare_desk")
+    (kb / "_policy.yaml").write_text("distress_team: welfare_dsk\n")
+    lines = _lines(policy_findings(str(kb), None))
+    assert any("distress_team 'welfare_dsk'" in ln and "did you mean 'welfare_desk'?" in ln for ln in lines)
+    (kb / "_policy.yaml").write_text("distress_team: welfare_desk\n")
+    assert not any("distress_team" in ln for ln in _lines(policy_findings(str(kb), None)))
 
 
 def test_the_committed_kbs_have_no_errors():
