@@ -31,7 +31,7 @@ stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   echo "setup: installing Python packages into .venv" >&2
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e ".[test,base-asr]"
+  .venv/bin/python -m pip install -q -e ".[test,base-asr,rehear-asr]"
   rm -f .venv/.installed-*; touch "$stamp"
 fi
 

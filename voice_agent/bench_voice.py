@@ -70,8 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=12, help="at most this many recordings (default 12; 0 = all)")
     p.add_argument("--asr-model", default="tiny.en")
     p.add_argument("--rehear-model", default=REHEAR_MODEL,
-                   help="the second decode's model on the refusal path (default: the call's own; e.g. base, "
-                        "the first model when not installed)")
+                   help="the second hearing's model on the refusal path: moonshine (default), base, or the "
+                        "call's own (tiny.en) for none; the first model when not installed")
     p.add_argument("--line", choices=("wideband", "phone"), default="wideband",
                    help="phone: the recordings go in as a phone line's 8 kHz μ-law audio (default: wideband, 16 kHz)")
     p.add_argument("--end-silence-ms", type=int, default=500)

@@ -6,8 +6,8 @@ An audio dir holds a `manifest.yaml` (scripts/make_audio_fixtures.py, scripts/ma
 or is a parent with one such sub-folder per domain. Every listed file is heard as a call hears it:
 read, resampled to 16 kHz when it is not (an 8 kHz telephone file as `eval --audio-dir` does),
 cut into turns by the call's own VAD settings (`--segment whole`: the file as one turn), and
-transcribed by `stages.asr.Transcriber` with the call path's settings. The transcript is compared
-with the manifest's `spoken` text (see wer.py for the normalisation). Reported per voice, engine,
+transcribed by `--asr-model` with the call path's settings. The transcript is compared with the
+manifest's `spoken` text (see wer.py for the normalisation). Reported per voice, engine,
 channel (wideband / noise-light / noise-heavy / telephone), speaking style and domain, and overall,
 with the machine's load average and cores, since a busy machine slows but does not change it.
 """
@@ -31,7 +31,9 @@ from policy.cli import fail
 from .audio import AudioError, resample
 from .audio_files import read_audio
 from .call.config import CallConfig
-from .stages.asr import SAMPLE_RATE, AsrError, Transcriber
+from .interfaces import Transcriber
+from .stages.asr import SAMPLE_RATE, AsrError
+from .stages.asr_moonshine import open_transcriber
 from .stages.vad import split_turns
 from .wer import WerCount, WerUnavailable, count
 
@@ -55,7 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--audio-dir", action="append", required=True, type=Path,
                    help="folder with a manifest.yaml, or with one such sub-folder per domain (repeatable)")
-    p.add_argument("--asr-model", default=CallConfig().asr_model, help="tiny.en (the call's), base, or a model dir")
+    p.add_argument("--asr-model", default=CallConfig().asr_model, help="tiny.en (the call's), base, moonshine, or a whisper model dir")
     p.add_argument("--segment", choices=["vad", "whole"], default="vad",
                    help="vad: turns as the call's VAD cuts them (default); whole: the file as one turn")
     p.add_argument("--limit", type=int, default=0, help="at most this many files (0 = all)")
@@ -183,7 +185,7 @@ def cli(argv: list[str]) -> int:
         recs = load_recordings(args.audio_dir)
         recs = recs[: args.limit] if args.limit else recs
         t0 = time.perf_counter()
-        transcriber = Transcriber(args.asr_model)
+        transcriber = open_transcriber(args.asr_model)
         transcriber.warmup()
         load_s = time.perf_counter() - t0
         t0 = time.perf_counter()

@@ -13,6 +13,7 @@ from policy.store_api import HandoffStore
 from ..interfaces import Clock, MonotonicClock, Synthesizer, Transcriber, TurnHook
 from ..stages.asr import Transcriber as WhisperTranscriber
 from ..stages.asr import AsrError, build_prompt
+from ..stages.asr_moonshine import MoonshineTranscriber, open_transcriber
 from ..stages.tts import TtsClient
 from .config import CallConfig
 from .rehear import as_said
@@ -20,21 +21,28 @@ from .session import CallSession
 
 
 # The model that hears a turn afresh before it is refused (None: only the call's own model's
-# prompted second decode). On the 19 domains' 456 recordings whisper base took the voice path from
-# 0.662 to 0.671 of cases; on the turns tiny.en mishears badly it mishears half as many words. It
-# adds ~110 ms (p50) to hearing again and ~170 MB. `bench voice --rehear-model tiny.en` measures without it.
-REHEAR_MODEL: str | None = "base"
+# prompted second decode), and the one taken when it is not installed. On the 19 domains' 456
+# recordings, against whisper base: voice 0.702 -> 0.711 of cases (telephone 0.684 -> 0.719), word
+# error rate 24.9% -> 20.4%, refusal path p95 ~1.0 -> ~1.15 s, ~270 MB more. Whisper base had taken
+# the voice path from 0.662 to 0.671. `bench voice --rehear-model tiny.en` measures without either.
+REHEAR_MODEL: str | None = "moonshine"
+REHEAR_FALLBACK = "base"
 
 
-def _rehear_transcriber(model: str | None, first: str) -> WhisperTranscriber | None:
-    """The model for second decodes; None (the first model serves) when it is the same or not installed."""
-    if not model or model == first:
-        return None
-    try:
-        return WhisperTranscriber(model, language="en")
-    except AsrError as e:
-        print(f"note: second decodes use {first}: {e}", file=sys.stderr)
-        return None
+def _rehear_transcriber(model: str | None, first: str) -> MoonshineTranscriber | WhisperTranscriber | None:
+    """The model for second decodes; None (the first model serves) when it is the same or neither it
+    nor the fallback is installed."""
+    tried: list[str] = []
+    for name in dict.fromkeys(m for m in (model, REHEAR_FALLBACK if model == REHEAR_MODEL else None) if m):
+        if name == first:
+            return None
+        try:
+            return open_transcriber(name, language="en")
+        except AsrError as e:
+            tried.append(str(e))
+    if tried:
+        print(f"note: second decodes use {first}: {'; '.join(tried)}", file=sys.stderr)
+    return None
 
 
 class VoiceRuntime:
