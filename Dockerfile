@@ -14,7 +14,7 @@ COPY kb ./kb
 COPY policy ./policy
 COPY voice_agent ./voice_agent
 COPY evaluation ./evaluation
-RUN pip install --no-cache-dir '.[postgres]' \
+RUN pip install --no-cache-dir '.[postgres,rehear-asr]' \
  && useradd --create-home --uid 10001 agent
 COPY fixtures/kb /app/sample-kb
 

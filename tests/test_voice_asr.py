@@ -64,7 +64,7 @@ def test_unknown_model_and_missing_base(monkeypatch):
         resolve_model("huge-v9")
     import voice_agent.stages.asr as asr
 
-    monkeypatch.setattr(asr, "_find_package_dir", lambda name: None)
+    monkeypatch.setattr(asr, "find_package_dir", lambda name: None)
     with pytest.raises(AsrError, match=r"pip install \.\[base-asr\]"):
         resolve_model("base")
 

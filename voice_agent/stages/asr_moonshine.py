@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .asr import SAMPLE_RATE, AsrError, AsrResult, Transcriber, _cache_root, _find_package_dir, looks_repetitive
+from .asr import SAMPLE_RATE, AsrError, AsrResult, Transcriber, find_package_dir, looks_repetitive, model_cache
 
 if TYPE_CHECKING:
     from .asr import Fallback
@@ -34,7 +34,7 @@ WORD_MARK = "\u2581"  # SentencePiece's word start
 def model_files() -> Path:
     """The folder of the packaged English model, without importing the package (its import loads
     a second ONNX Runtime library into the process)."""
-    pkg = _find_package_dir(PACKAGE)
+    pkg = find_package_dir(PACKAGE)
     folder = pkg / MODEL_SUBDIR if pkg else None
     if folder is None or not all((folder / f"{n}.ort").is_file() for n in FILES.values()):
         raise AsrError("the Moonshine model is not installed: run `pip install .[rehear-asr]` (package moonshine-cpp)")
@@ -101,7 +101,7 @@ def _name_subgraphs(graph: Any, graph_type: int, base: str = "g") -> None:
 def prepared_model(cache_dir: Path | None = None) -> dict[str, Path]:
     """The float32 ONNX files, made from the packaged ones once and cached."""
     src = model_files()
-    out = (cache_dir or _cache_root()) / "moonshine-base-en"
+    out = (cache_dir or model_cache()) / "moonshine-base-en"
     paths = {k: out / f"{name}.f32.onnx" for k, name in FILES.items()}
     if all(p.is_file() for p in paths.values()):
         return paths
