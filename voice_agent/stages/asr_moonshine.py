@@ -27,7 +27,7 @@ PACKAGE = "moonshine_cpp"
 MODEL_SUBDIR = "models/base-en"
 FILES = {"encoder": "encoder_model", "decoder": "decoder_model_merged"}
 START, END = 1, 2  # the tokenizer's <s> and </s>
-TOKENS_PER_SECOND = 6.5  # more than speech holds: a decode that reaches it is looping
+TOKENS_PER_SECOND = 6.5  # a cap on the decode: speech holds fewer, so one that reaches it has looped
 WORD_MARK = "\u2581"  # SentencePiece's word start
 
 
