@@ -18,7 +18,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -192,6 +192,15 @@ def _get_model(path: Path, cpu_threads: int, workers: int = 1) -> _Loaded:
         return _models[key]
 
 
+def warm_up(transcribe: Callable[[np.ndarray], object]) -> float:
+    """Load a model and run one decode (a second of tone) so the first caller does not pay for it;
+    ms taken."""
+    t0 = time.perf_counter()
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
+    return (time.perf_counter() - t0) * 1000
+
+
 def default_workers() -> int:
     """Parallel transcriptions: one per core (at most 4). On short turns tiny.en decodes as fast
     on one thread as on two (97 vs 98 ms here), so two one-thread workers on 2 cores transcribe
@@ -278,11 +287,7 @@ class Transcriber:
         return self._loaded
 
     def warmup(self) -> float:
-        """Load the model and run one decode so the first caller does not pay for it; ms taken."""
-        t0 = time.perf_counter()
-        t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
-        self.transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
-        return (time.perf_counter() - t0) * 1000
+        return warm_up(self.transcribe)
 
     def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: Fallback = "doubtful") -> AsrResult:
         """When to redo a short-window decode over the full 30 s window: when it is `doubtful`

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .asr import SAMPLE_RATE, AsrError, AsrResult, Transcriber, find_package_dir, looks_repetitive, model_cache
+from .asr import (SAMPLE_RATE, AsrError, AsrResult, Transcriber, find_package_dir, looks_repetitive, model_cache,
+                  warm_up)
 
 if TYPE_CHECKING:
     from .asr import Fallback
@@ -151,10 +152,7 @@ class MoonshineTranscriber:
             return self._sessions
 
     def warmup(self) -> float:
-        t0 = time.perf_counter()
-        t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
-        self.transcribe((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32))
-        return (time.perf_counter() - t0) * 1000
+        return warm_up(self.transcribe)
 
     def transcribe(self, pcm: np.ndarray, *, prompt: str | None = None, fallback: Fallback = "never") -> AsrResult:
         t0 = time.perf_counter()
