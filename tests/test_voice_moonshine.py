@@ -109,4 +109,4 @@ def test_hears_recordings(moon, case, text):
 def test_real_human_speech_and_silence(moon):
     assert words(moon.transcribe(load_audio(ALSA / "Front_Center.wav", 16000)).text) == ["front", "center"]
     quiet = moon.transcribe(np.zeros(800, dtype=np.float32))  # under 0.1 s: nothing to hear
-    assert quiet.text == "" and quiet.low_confidence and quiet.low_confidence_reasons == ["empty"]
+    assert quiet.text == "" and quiet.low_confidence and quiet.low_confidence_reasons == ["empty_text"]

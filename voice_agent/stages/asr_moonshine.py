@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .asr import (SAMPLE_RATE, AsrError, AsrResult, Transcriber, find_package_dir, looks_repetitive, model_cache,
-                  warm_up)
+from .asr import (SAMPLE_RATE, AsrError, AsrResult, LowConfidenceRule, Transcriber, find_package_dir, looks_repetitive,
+                  model_cache, warm_up)
 
 if TYPE_CHECKING:
     from .asr import Fallback
@@ -30,6 +30,8 @@ FILES = {"encoder": "encoder_model", "decoder": "decoder_model_merged"}
 START, END = 1, 2  # the tokenizer's <s> and </s>
 TOKENS_PER_SECOND = 6.5  # a cap on the decode: speech holds fewer, so one that reaches it has looped
 WORD_MARK = "\u2581"  # SentencePiece's word start
+TEXT_ONLY = LowConfidenceRule(min_avg_logprob=None, max_no_speech_prob=None, no_speech_prob_with_low_logprob=None,
+                              max_compression_ratio=None)
 
 
 def model_files() -> Path:
@@ -159,7 +161,8 @@ class MoonshineTranscriber:
         x = np.asarray(pcm, dtype=np.float32).reshape(-1)
         duration = len(x) / SAMPLE_RATE
         text, logprob = self._decode(x) if len(x) >= SAMPLE_RATE // 10 else ("", 0.0)
-        reasons = ["empty"] if not text else ["repetitive"] if looks_repetitive(text) else []
+        # whisper's rule without its log-probability and no-speech limits, which are on whisper's scale
+        reasons = TEXT_ONLY.reasons(text, logprob, 0.0, 0.0) + (["repetitive"] if looks_repetitive(text) else [])
         return AsrResult(text=text, avg_logprob=logprob, no_speech_prob=0.0 if text else 1.0, compression_ratio=0.0,
                          duration_s=duration, elapsed_ms=(time.perf_counter() - t0) * 1000, language="en",
                          low_confidence=bool(reasons), low_confidence_reasons=reasons, audio_ctx_s=duration)
