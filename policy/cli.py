@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from kb.loader import KBNotFound, kb_dir_error
 
 from .config import PolicyConfigError
-from .engine import Engine, UnknownRole
+from .engine import POLICIES, Engine, UnknownRole
 from .session_state import SessionState
 from .store_api import StoreError
 from .store_embedded import EmbeddedStore
@@ -116,7 +116,7 @@ def cli(argv: list[str]) -> int:
     p.add_argument("--role", default=None, help="caller role for ACLs (default: public)")
     p.add_argument("--facet", action="append", default=[], metavar="KEY=VALUE", help="known caller facet")
     p.add_argument("--session", help="JSON file keeping conversation state across invocations")
-    p.add_argument("--policy", default="gated", choices=["gated", "threshold", "minimal"])
+    p.add_argument("--policy", default="gated", choices=POLICIES)
     p.add_argument("--fault", action="append", default=[], help="inject a fault (retrieval_unavailable, embedding_unavailable)")
     p.add_argument("--debug", action="store_true", help="include retrieval hits and timings")
     p.add_argument("question")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
+from typing import Literal, get_args
 
 from kb.check import suspects
 from kb.loader import KnowledgeBase, load_kb, visible_to
@@ -28,7 +29,8 @@ from .turn_probes import TurnProbes, load_probes, probes_fingerprint, unfit_for
 
 __all__ = ["Engine", "Session", "SessionState", "AsrSignal", "TurnOutcome", "UnknownRole", "POLICIES"]
 
-POLICIES = ("gated", "threshold", "minimal")
+PolicyName = Literal["gated", "threshold", "minimal"]  # the gated policy and the two baselines it is scored against
+POLICIES: tuple[PolicyName, ...] = get_args(PolicyName)
 
 
 class UnknownRole(ValueError):
