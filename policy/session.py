@@ -52,6 +52,7 @@ class TurnOutcome(BaseModel):
     retrieval: RetrievalResult | None = None
     gate: str = ""
     graded: list[GradedHit] = Field(default_factory=list)  # per hit: p and features
+    evidence: list[str] = Field(default_factory=list)  # sections the decision rests on: quoted, asked from, handed over
 
 
 @dataclass
@@ -119,7 +120,8 @@ class Session:
                 result=result, error=error, o=outcome, d=decision, rc=rc, timings=timings, changes=heard.changes))
         return TurnOutcome(decision=decision, question=text, said=heard.said, normalized_question=heard.normalized,
                            audit_id=audit_id, timings_ms=timings, retrieval=result,
-                           gate=outcome.gate if outcome else self.policy, graded=outcome.graded if outcome else [])
+                           gate=outcome.gate if outcome else self.policy, graded=outcome.graded if outcome else [],
+                           evidence=[g.hit.locator for g in outcome.evidence] if outcome else [])
 
     def _read(self, text: str, asr: AsrSignal | None) -> _Heard:
         """Spoken and typed turns alike: fillers, spoken numbers, misheard KB words; then what the
@@ -306,9 +308,13 @@ class Session:
         The voice path calls it at a pause in the caller's speech to render the reply's first
         sentence early; at the real end of turn it runs `turn` and uses the early audio only if the
         message is identical. A previewed transfer carries no handoff (none is stored)."""
+        return self.preview_turn(text, asr=asr).decision
+
+    def preview_turn(self, text: str, *, asr: AsrSignal | None = None) -> TurnOutcome:
+        """`preview` with what the decision rests on: weighing another hearing of the same audio."""
         state, hits, last = self.snapshot(), dict(self._turn_hits), self._last_audit_id
         try:
-            return self.turn(text, asr=asr, record=False).decision
+            return self.turn(text, asr=asr, record=False)
         finally:
             self.restore(state)
             self._turn_hits, self._last_audit_id = hits, last

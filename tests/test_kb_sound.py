@@ -66,6 +66,21 @@ def test_a_sound_alike_answer_is_taken_only_when_its_evidence_uses_the_repaired_
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "A replacement SIM is $10.") is None
 
 
+@pytest.mark.parametrize("decision", [
+    Decision(action=Action.clarify, message="Advance, anytime or season?", reasons=[Reason.missing_facet]),
+    Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.high_risk_topic]),
+    Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested]),
+])
+def test_a_sound_alike_is_taken_only_when_the_sections_its_decision_rests_on_use_the_repaired_word(decision):
+    # "no matter the digital thing" -> "no battery": the pendant-alarm page's word; "gates" -> "dates" is
+    # in no page the ticket-type question is asked from
+    first = "Since you switched, there were no matter the digital thing it's not been working."
+    h = Hypothesis(first.replace("matter", "battery"), -0.4, "sounds like", decoded=False, repaired_words=("battery",))
+    assert accept(h, decision, first, -0.4, "Pendant alarms need a battery backup on the digital line.") is not None
+    assert accept(h, decision, first, -0.4, "Ticket types: advance, anytime and season tickets.") is None
+    assert accept(h, decision, first, -0.4, "") is None  # a decision that rests on no section
+
+
 def test_an_answer_from_a_new_hearing_must_stand_on_a_word_it_heard_differently():
     first = "How much is the U-Loom day pass?"
     heard = "How much is the new long day pass?"

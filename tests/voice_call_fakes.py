@@ -50,7 +50,7 @@ class FakeSession:
         handoff = Handoff(id="h1", team="billing", summary="s") if action == Action.transfer else None
         d = Decision(action=action, message=msg, reasons=reasons, handoff=handoff)
         return SimpleNamespace(decision=d, audit_id=f"a{len(self.turns)}", normalized_question=text, said=text,
-                               timings_ms={"retrieve": 1.0, "policy": 1.0, **(timings_ms or {})})
+                               evidence=[], timings_ms={"retrieve": 1.0, "policy": 1.0, **(timings_ms or {})})
 
     def preview(self, text, *, asr=None):
         """Like `turn`, recording nothing; `preview_message` makes it disagree with `turn`."""
@@ -64,6 +64,9 @@ class FakeSession:
             return Decision(action=action, message=msg, reasons=[Reason.grounded_answer])  # no handoff
         finally:
             self._exit()
+
+    def preview_turn(self, text, *, asr=None):
+        return SimpleNamespace(decision=self.preview(text, asr=asr), evidence=[])
 
     def _message(self, text):
         return self.message(text) if callable(self.message) else self.message

@@ -8,7 +8,9 @@ Before such a refusal the call weighs other hypotheses of the same audio:
 - a second decode, prompted with how callers ask for a person and with the KB's terms.
 Each is previewed through the policy. One is taken only when it is not a shaky hearing of the audio
 and it clearly strengthens the turn: a request for a person or a high-risk turn (to a human: the safe
-direction), or evidence the first hearing lacked, in which a sound-alike repair must appear."""
+direction), or evidence the first hearing lacked. A sound-alike, which has no hearing of its own, is
+taken only when the sections its decision rests on (cited, asked from, handed over) use the word it
+put in."""
 from __future__ import annotations
 
 import difflib
@@ -74,33 +76,36 @@ def _fits_audio(h: Hypothesis, first_logprob: float | None, drop: float = MAX_LO
     return h.avg_logprob >= first_logprob - drop
 
 
-def _in_evidence(words: tuple[str, ...], cited_text: str) -> bool:
-    have = set(_words(cited_text))
+def _in_evidence(words: tuple[str, ...], evidence_text: str) -> bool:
+    have = set(_words(evidence_text))
     return any(w.lower() in have for w in words)
 
 
-def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, cited_text: str) -> str | None:
-    """Why `h` (previewed as `d`) replaces the first hearing, or None to keep the first hearing."""
+def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, evidence_text: str) -> str | None:
+    """Why `h` (previewed as `d`) replaces the first hearing, or None to keep the first hearing.
+    `evidence_text`: the sections `d` cites or otherwise rests on (asks from, hands over)."""
     if h.independent:
-        return _accept_independent(h, d, cited_text)
+        return _accept_independent(h, d, evidence_text)
     if not _fits_audio(h, first_logprob):
         return None
+    if not h.decoded and not _in_evidence(h.repaired_words, evidence_text):
+        return None  # a sound-alike has no hearing of its own: only the evidence it found can vouch for it
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
         # to a person: safe even when the words changed a lot, if the decode fits the audio as well
         return f"{h.how}: {d.reasons[0].value}" if _fits_audio(h, first_logprob, drop=0.0) else None
     if d.action == Action.refuse or words_kept(first_text, h.text) < MIN_WORDS_KEPT:
         return None
-    if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
+    if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text):
         return None  # the evidence found does not use the repaired word: the repair did not find it
     return f"{h.how}: {d.action.value} instead of refuse"
 
 
-def _accept_independent(h: Hypothesis, d: Decision, cited_text: str) -> str | None:
+def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str) -> str | None:
     """A stronger model's own hearing (already not a doubtful one) replaces a refused first hearing
     when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
     if d.action == Action.refuse:
         return None
-    if d.action == Action.answer and not _in_evidence(h.repaired_words, cited_text):
+    if d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text):
         return None
     return f"{h.how}: {(d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value)} instead of refuse"
 

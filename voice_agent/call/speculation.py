@@ -203,13 +203,16 @@ class Speculation(CallCore):
     async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
                         raw_text=signal.raw_text or text)
-        d = await asyncio.to_thread(self._locked, self.session.preview, h.text, asr=sig)
-        why = accept(h, d, text, signal.avg_logprob, self._cited_text(d))
+        o = await asyncio.to_thread(self._locked, self.session.preview_turn, h.text, asr=sig)
+        d = o.decision
+        why = accept(h, d, text, signal.avg_logprob, self._evidence_text(d, o.evidence))
         if why is None:
             return None
         return h.text, sig.model_copy(update={"repair": why}), d
 
-    def _cited_text(self, d: Decision) -> str:
+    def _evidence_text(self, d: Decision, evidence: list[str]) -> str:
+        """The headings and text of the sections a decision cites or otherwise rests on."""
         kb = self.runtime.engine.kb
-        sections = [kb.section(f"{c.doc_id}#{c.section}") for c in d.citations]
+        locators = dict.fromkeys([f"{c.doc_id}#{c.section}" for c in d.citations] + evidence)
+        sections = [kb.section(loc) for loc in locators]
         return " ".join(f"{s.heading} {s.text}" for s in sections if s is not None)
