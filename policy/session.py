@@ -38,6 +38,7 @@ class AsrSignal(BaseModel):
     low_confidence: bool = False
     raw_text: str = ""
     repair: str = ""  # how the first hearing became this text, when it did (a second decode, sound-alikes)
+    weighed: list[str] = Field(default_factory=list)  # other hearings previewed and not taken, and as what
 
 
 class TurnOutcome(BaseModel):

@@ -3,7 +3,8 @@ import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
 from kb.sound import SoundIndex, sound_alikes, sound_key, sound_repairs
-from voice_agent.call.rehear import Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
+from voice_agent.call.rehear import (Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words,
+                                     weighed_line)
 
 pytestmark = pytest.mark.unit
 
@@ -106,6 +107,22 @@ def test_a_request_for_a_person_is_taken_even_when_the_words_changed():
     assert accept(worse, transfer, "Ah, the regular.", -0.89, "") is None
 
 
+def test_a_prompted_decode_may_hear_a_request_for_a_person_only_in_a_short_turn():
+    transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
+    short = Hypothesis("Speak to someone.", -0.5, "second decode", decoded=True, prompted=True)
+    assert accept(short, transfer, "speak the song one", -0.6, "") is not None
+    # the prompt's "Can I talk to ..." written over a long garbled turn about childcare vouchers
+    first = "I'll merchant my celery, can I put into a child can't march on each month?"
+    long = Hypothesis("I'll merchant my celery. Can I put in to a child. Can I talk to each man.", -0.5,
+                      "second decode", decoded=True, prompted=True)
+    assert accept(long, transfer, first, -0.6, "") is None
+    # an unprompted model's own hearing is not held to it, nor is a high-risk turn
+    assert accept(Hypothesis(long.text, -0.5, "second model", decoded=True, independent=True), transfer,
+                  first, -0.6, "") is not None
+    risk = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.high_risk_topic])
+    assert accept(long, risk, first, -0.6, "") is not None
+
+
 def test_a_different_sentence_is_a_different_hearing():
     h = Hypothesis("Where is the nearest store?", -0.1, "second decode", decoded=True)
     assert accept(h, _answer(), "How much does a SIM cast?", -0.2, "store") is None
@@ -154,3 +171,9 @@ def test_a_request_that_fits_worse_than_the_hearing_is_not_proposed():
 def test_phrases_are_written_as_whisper_writes_speech():
     assert as_said("operator") == "Operator."
     assert as_said("can I speak to someone?") == "Can I speak to someone?"
+
+
+def test_a_hearing_not_taken_is_listed_with_what_it_was_read_as():
+    h = Hypothesis("Do you sell laptops?", -0.3, "second model", decoded=True, independent=True)
+    line = weighed_line(h, _refusal())
+    assert line.startswith("second model: 'Do you sell laptops?' as refuse") and line.endswith("not taken")

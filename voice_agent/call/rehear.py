@@ -29,8 +29,10 @@ INTENT_REASONS = {Reason.human_requested, Reason.high_risk_topic, Reason.action_
 # is the prompt talking, not the caller.
 MAX_LOGPROB_DROP = 0.3
 MIN_WORDS_KEPT = 0.6  # a repair changes a word or two; a different sentence is a different hearing
-# Turns this short are weighed against the ways of asking for a person; a longer request says so in
-# words the text path reads.
+# Turns this short are weighed against the ways of asking for a person, and only in them may a
+# prompted decode hear one the first hearing lacked; a longer request says so in words the first
+# hearing carries. On the domain recordings, every request the prompt found in a longer turn was
+# written over other words ("can't march on each month" → "Can I talk to each man").
 MAX_ASK_WORDS = 6
 
 
@@ -44,6 +46,8 @@ class Hypothesis:
     # An unprompted decode by a stronger model: a hearing of its own, not a repair of the first, so
     # it may differ from it in every word and its log-probability is on another model's scale.
     independent: bool = False
+    # A decode prompted with, among others, the ways of asking for a person: it can write them in.
+    prompted: bool = False
 
 
 def needs_rehearing(d: Decision) -> bool:
@@ -91,6 +95,8 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     if not h.decoded and not _in_evidence(h.repaired_words, evidence_text):
         return None  # a sound-alike has no hearing of its own: only the evidence it found can vouch for it
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
+        if h.prompted and Reason.human_requested in d.reasons and len(first_text.split()) > MAX_ASK_WORDS:
+            return None  # a request the prompt wrote into a long turn: a caller who says more says it in words
         # to a person: safe even when the words changed a lot, if the decode fits the audio as well
         return f"{h.how}: {d.reasons[0].value}" if _fits_audio(h, first_logprob, drop=0.0) else None
     if d.action == Action.refuse or words_kept(first_text, h.text) < MIN_WORDS_KEPT:
@@ -128,3 +134,9 @@ def fitted_ask(asks: list[str], fits: list[float], first_logprob: float | None) 
     base = fits[0] if first_logprob is None else first_logprob
     return Hypothesis(asks[best], base + gain, f"fits the audio as a request for a person ({asks[best]!r} "
                       f"{fits[best + 1]:.2f} against the hearing's {fits[0]:.2f})", decoded=True)
+
+
+def weighed_line(h: Hypothesis, d: Decision) -> str:
+    """A hypothesis previewed and not taken, as the audit line lists it."""
+    why = f" ({d.reasons[0].value})" if d.reasons else ""
+    return f"{h.how}: {h.text[:160]!r} as {d.action.value}{why}, not taken"

@@ -40,6 +40,7 @@ class Render:
         self.decision: Decision | None = None  # the previewed decision this audio speaks
         self.repair_ran = False  # the ASR repair pass already ran for this transcript …
         self.repaired: tuple[str, AsrSignal, Decision] | None = None  # … and found this (None: nothing)
+        self.weighed: list[str] = []  # … having previewed and not taken these hearings
         self.rehear_timings: dict[str, float] = {}  # … and took this long weighing other hearings
         self.q: asyncio.Queue[TtsChunk | BaseException | object] = asyncio.Queue()  # chunks, then DONE
         self.cancelled = threading.Event()

@@ -272,16 +272,21 @@ class CallSession(Speculation, Replies):
             elif not spec_reply.cancelled():
                 LOG.warning("speculative reply failed (call %s): %r", self.id, spec_reply.exception())
         if self.config.asr_repair and turn.audio is not None:
+            weighed: list[str] = []
             if render is not None and render.repair_ran:
                 repaired = render.repaired  # the pass already ran at the pause, on the same transcript
                 timings.update(render.rehear_timings)
+                weighed = render.weighed
             else:
                 repaired = await self._repair_transcript(turn.audio, text, asr_signal,
-                                                         render.decision if render is not None else None, timings)
+                                                         render.decision if render is not None else None, timings,
+                                                         weighed)
             timings["asr_repaired"] = 1.0 if repaired else 0.0
             if repaired:
                 text, asr_signal, _ = repaired
                 self._emit(TranscriptEvent(text=text, final=True, raw_text=raw, low_confidence=False))
+            elif weighed:  # the audit line names what else was heard, and why it was not taken
+                asr_signal = asr_signal.model_copy(update={"weighed": list(weighed)})
         return text, asr_signal, render
 
     def _decide(self, turn: Turn, text: str, asr: AsrSignal | None, timings: dict[str, float]) -> TurnResult:

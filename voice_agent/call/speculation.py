@@ -15,7 +15,8 @@ from ..stages.asr import looks_repetitive
 from ..stages.asr_beam import said_words
 from ..stages.turn_end import reads_complete
 from .core import CallCore
-from .rehear import MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words
+from .rehear import (MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words,
+                     weighed_line)
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
@@ -74,8 +75,9 @@ class Speculation(CallCore):
         decision = await asyncio.to_thread(self._locked, self.session.preview, res.text, asr=signal)
         repaired = None
         rehear: dict[str, float] = {}
+        weighed: list[str] = []
         if self.config.asr_repair:
-            repaired = await self._repair_transcript(audio, res.text, signal, decision, rehear)
+            repaired = await self._repair_transcript(audio, res.text, signal, decision, rehear, weighed)
             if repaired is not None:
                 decision = repaired[2]
         if not decision.message.strip():
@@ -86,6 +88,7 @@ class Speculation(CallCore):
         render = Render(tts, decision.message, asyncio.get_running_loop(), self.config.reply_lead_s, self.clock)
         render.decision = decision
         render.repair_ran, render.repaired, render.rehear_timings = self.config.asr_repair, repaired, rehear
+        render.weighed = weighed
         return render
 
     def _drop_spec_reply(self, task: asyncio.Task | None = None) -> None:
@@ -104,27 +107,29 @@ class Speculation(CallCore):
             task.cancel()
 
     async def _repair_transcript(self, audio: np.ndarray, text: str, signal: AsrSignal, first: Decision | None,
-                                 timings: dict[str, float]) -> tuple[str, AsrSignal, Decision] | None:
+                                 timings: dict[str, float],
+                                 weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
         """For a turn about to be refused for lack of evidence, or asked again for a doubtful hearing:
         other hypotheses of the same audio
         (`rehear`), the first one that clearly strengthens the turn. Returns (text, signal whose
         `repair` says why, previewed decision), or None to keep the first hearing. `timings` gets
-        `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost."""
+        `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost; `weighed` gets each
+        hypothesis previewed and not taken, for the audit line."""
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
         if not needs_rehearing(decided):
             return None
         t0 = self.clock.now()
         try:
-            return await self._rehear(audio, text, signal, timings)
+            return await self._rehear(audio, text, signal, timings, weighed)
         finally:
             timings["rehear"] = (self.clock.now() - t0) * 1000
 
-    async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal,
-                      timings: dict[str, float]) -> tuple[str, AsrSignal, Decision] | None:
+    async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal, timings: dict[str, float],
+                      weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
         # a doubtful hearing's words are no ground for sound-alikes: only a second decode
         for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
-            if (found := await self._try_hypothesis(h, text, signal)) is not None:
+            if (found := await self._try_hypothesis(h, text, signal, weighed)) is not None:
                 return found
         # the two decodes run side by side (each model has its own workers): the refusal path waits
         # for the slower one, not for both
@@ -132,15 +137,15 @@ class Speculation(CallCore):
         decodes.add_done_callback(lambda t: t.cancelled() or t.exception())  # an unused one's error is not news
         try:
             if (fresh := await self._second_model(audio, text, timings)) is not None:
-                if (found := await self._try_hypothesis(fresh, text, signal)) is not None:
+                if (found := await self._try_hypothesis(fresh, text, signal, weighed)) is not None:
                     return found
             for h in await decodes:
-                if (found := await self._try_hypothesis(h, text, signal)) is not None:
+                if (found := await self._try_hypothesis(h, text, signal, weighed)) is not None:
                     return found
         finally:
             decodes.cancel()
         if (ask := await self._fitted_ask(audio, text, signal, timings)) is not None:
-            return await self._try_hypothesis(ask, text, signal)
+            return await self._try_hypothesis(ask, text, signal, weighed)
         return None
 
     async def _second_model(self, audio: np.ndarray, text: str, timings: dict[str, float]) -> Hypothesis | None:
@@ -178,7 +183,7 @@ class Speculation(CallCore):
             seen.add(said_words(new))
             # an answer from a new hearing must stand on a word it heard differently
             decoded = Hypothesis(new, res.avg_logprob, "second decode" if i == 0 else f"second decode, beam {i + 1}",
-                                 decoded=True, repaired_words=new_words(text, new))
+                                 decoded=True, repaired_words=new_words(text, new), prompted=True)
             out += [decoded, *(self._sound_alikes(new, res.avg_logprob, decoded=True) if i == 0 else [])]
         return out
 
@@ -197,18 +202,21 @@ class Speculation(CallCore):
 
     def _sound_alikes(self, text: str, logprob: float | None, decoded: bool = False) -> list[Hypothesis]:
         """`text` with one word the KB does not use replaced by its KB sound-alike, per such word."""
-        return [Hypothesis(fixed, logprob, f"sounds like: {r}", decoded=decoded, repaired_words=(r.meant,))
+        return [Hypothesis(fixed, logprob, f"sounds like: {r}", decoded=decoded, repaired_words=(r.meant,),
+                           prompted=decoded)
                 for fixed, r in sound_alikes(text, self.runtime.engine.sound_index(self.role))[:MAX_SOUND_ALIKES]]
 
-    async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal) -> tuple[str, AsrSignal, Decision] | None:
+    async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal,
+                              weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
                         raw_text=signal.raw_text or text)
         o = await asyncio.to_thread(self._locked, self.session.preview_turn, h.text, asr=sig)
         d = o.decision
         why = accept(h, d, text, signal.avg_logprob, self._evidence_text(d, o.evidence))
         if why is None:
+            weighed.append(weighed_line(h, d))
             return None
-        return h.text, sig.model_copy(update={"repair": why}), d
+        return h.text, sig.model_copy(update={"repair": why, "weighed": list(weighed)}), d
 
     def _evidence_text(self, d: Decision, evidence: list[str]) -> str:
         """The headings and text of the sections a decision cites or otherwise rests on."""
