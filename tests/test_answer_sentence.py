@@ -52,3 +52,18 @@ def test_the_row_asked_for_is_spoken_without_its_neighbours():
     g.unit_words = [0.0, 1.0]  # the caller said "band B"
     assert best_units(g, "amount") == ["B: Annual charge £1,709.81."]
 
+
+
+def test_sentences_nearly_as_close_as_the_best_are_spoken_with_it_in_their_order():
+    # the asked detail ("saved" messages) is in the second sentence: both are spoken, the unrelated
+    # third is not
+    g = graded("voicemail", "storage", "New messages are kept for 14 days. Saved messages are kept for 30 days. "
+               "You can change your greeting at any time.", 0.8, [0.66, 0.56, 0.20])
+    assert best_units(g, "duration") == ["New messages are kept for 14 days.", "Saved messages are kept for 30 days."]
+
+
+def test_an_answer_stays_within_its_word_limit():
+    long = " ".join(["word"] * 25)
+    g = graded("faq", "long", f"One {long}. Two {long}. Three {long}.", 0.8, [0.60, 0.59, 0.58])
+    spoken = best_units(g, "any")
+    assert len(spoken) == 2 and sum(len(s.split()) for s in spoken) <= 60
