@@ -111,6 +111,8 @@ def test_a_prompted_decode_may_hear_a_request_for_a_person_only_in_a_short_turn(
     transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
     short = Hypothesis("Speak to someone.", -0.5, "second decode", decoded=True, prompted=True)
     assert accept(short, transfer, "speak the song one", -0.6, "") is not None
+    seven = Hypothesis("Transfer me to happy often.", -0.5, "second decode", decoded=True, prompted=True)
+    assert accept(seven, transfer, "Try and find me to happy often", -0.6, "") is not None
     # the prompt's "Can I talk to ..." written over a long garbled turn about childcare vouchers
     first = "I'll merchant my celery, can I put into a child can't march on each month?"
     long = Hypothesis("I'll merchant my celery. Can I put in to a child. Can I talk to each man.", -0.5,

@@ -29,11 +29,15 @@ INTENT_REASONS = {Reason.human_requested, Reason.high_risk_topic, Reason.action_
 # is the prompt talking, not the caller.
 MAX_LOGPROB_DROP = 0.3
 MIN_WORDS_KEPT = 0.6  # a repair changes a word or two; a different sentence is a different hearing
-# Turns this short are weighed against the ways of asking for a person, and only in them may a
-# prompted decode hear one the first hearing lacked; a longer request says so in words the first
-# hearing carries. On the domain recordings, every request the prompt found in a longer turn was
-# written over other words ("can't march on each month" → "Can I talk to each man").
+# Turns this short are weighed against the ways of asking for a person; a longer request says so in
+# words the text path reads.
 MAX_ASK_WORDS = 6
+# A request for a person that only a decode prompted with such requests hears is taken in a first
+# hearing of at most this many words. On the two sets of domain recordings, the 4 it found in
+# longer turns (15-18 words) were written over other words ("can't march on each month" -> "Can I
+# talk to each man"); the phone-line requests it recovers were first heard in 3-7 words. A longer
+# request the first hearing garbles is left to the unprompted second model.
+MAX_PROMPTED_ASK_WORDS = 12
 
 
 @dataclass(frozen=True)
@@ -95,8 +99,8 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     if not h.decoded and not _in_evidence(h.repaired_words, evidence_text):
         return None  # a sound-alike has no hearing of its own: only the evidence it found can vouch for it
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
-        if h.prompted and Reason.human_requested in d.reasons and len(first_text.split()) > MAX_ASK_WORDS:
-            return None  # a request the prompt wrote into a long turn: a caller who says more says it in words
+        if h.prompted and Reason.human_requested in d.reasons and len(first_text.split()) > MAX_PROMPTED_ASK_WORDS:
+            return None  # a request the prompt wrote into a long turn
         # to a person: safe even when the words changed a lot, if the decode fits the audio as well
         return f"{h.how}: {d.reasons[0].value}" if _fits_audio(h, first_logprob, drop=0.0) else None
     if d.action == Action.refuse or words_kept(first_text, h.text) < MIN_WORDS_KEPT:
