@@ -53,7 +53,6 @@ def test_the_row_asked_for_is_spoken_without_its_neighbours():
     assert best_units(g, "amount") == ["B: Annual charge £1,709.81."]
 
 
-
 def test_sentences_nearly_as_close_as_the_best_are_spoken_with_it_in_their_order():
     # the asked detail ("saved" messages) is in the second sentence: both are spoken, the unrelated
     # third is not

@@ -33,7 +33,7 @@ MIN_WORDS_KEPT = 0.6  # a repair changes a word or two; a different sentence is 
 # words the text path reads.
 MAX_ASK_WORDS = 6
 # A request for a person that only a decode prompted with such requests hears is taken in a first
-# hearing of at most this many words. On the two sets of domain recordings, the 4 it found in
+# hearing of at most this many words. On the two sets of domain recordings, the 5 it found in
 # longer turns (15-18 words) were written over other words ("can't march on each month" -> "Can I
 # talk to each man"); the phone-line requests it recovers were first heard in 3-7 words. A longer
 # request the first hearing garbles is left to the unprompted second model.
