@@ -74,10 +74,27 @@ def _unit_kind(unit: str) -> str:
 _WORDS_BELOW = 1.5
 
 
+def _after_figure(before: str) -> bool:
+    """Whether the text ends in a figure or its unit ("£5", "20 GB", "five pounds", "two hours")."""
+    last = before.split()[-1:]
+    if not last or last[0][-1] in ",;:.!?":  # "£5, a month later": the clause broke
+        return False
+    return any(ch.isdigit() for ch in last[0]) or _unit_base(last[0]) in _UNIT_KIND
+
+
+def _measure(m: re.Match[str]) -> str:
+    """A spoken measure as a figure; but "a month" after a figure is what it is counted per
+    ("£5 a month", "2 hours a day"), not a length of time, so its words stay."""
+    value = _MEASURES[m.group(1).lower()]
+    if value.startswith("1 ") and _unit_kind(value.split()[1]) == "time" and _after_figure(m.string[:m.start()]):
+        return m.group(0)
+    return value
+
+
 @lru_cache(maxsize=4096)
 def words_to_digits(text: str) -> str:
     """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
-    t = _MEASURE_RX.sub(lambda m: _MEASURES[m.group(1).lower()], text)
+    t = _MEASURE_RX.sub(_measure, text)
     try:
         return alpha2digit(t, "en", threshold=_WORDS_BELOW)
     except Exception:  # noqa: BLE001 - unparseable number words stay words
