@@ -75,11 +75,22 @@ _WORDS_BELOW = 1.5
 
 
 def _after_figure(before: str) -> bool:
-    """Whether the text ends in a figure or its unit ("£5", "20 GB", "five pounds", "two hours")."""
-    last = before.split()[-1:]
-    if not last or last[0][-1] in ",;:.!?":  # "£5, a month later": the clause broke
+    """Whether the text ends in a figure, its unit or what it counts ("£5", "20 GB", "five
+    pounds", "50 parcels", "three guest visits"): within its last three words, in one clause."""
+    words: list[str] = []
+    for w in reversed(before.split()[-3:]):
+        if w[-1] in ",;:.!?":  # "£5, a month later": the clause broke
+            break
+        words.insert(0, w)
+    if not words:
         return False
-    return any(ch.isdigit() for ch in last[0]) or _unit_base(last[0]) in _UNIT_KIND
+    if _unit_base(words[-1]) in _UNIT_KIND:
+        return True
+    try:
+        said = alpha2digit(" ".join(words), "en", threshold=0)
+    except Exception:  # noqa: BLE001 - unparseable number words stay words
+        said = " ".join(words)
+    return any(ch.isdigit() for ch in said)
 
 
 def _measure(m: re.Match[str]) -> str:

@@ -26,6 +26,9 @@ pytestmark = pytest.mark.unit
     ("two hours a day", [Quantity("2", "time")]),
     ("it takes a week", [Quantity("1", "time")]),
     ("£5, a month later", [Quantity("5", "money"), Quantity("1", "time")]),
+    ("up to 50 parcels a week", [Quantity("50", "number")]),
+    ("three guest visits a month", [Quantity("3", "number")]),
+    ("once a month", [Quantity("1", "time")]),  # how often, as "how often" asks
     ("5 to 10 business days", [Quantity("5", "time"), Quantity("10", "time")]),
     ("two guest tickets", [Quantity("2", "number")]),
     ("open until 5pm", [Quantity("17:00", "clock")]),
