@@ -19,6 +19,7 @@ from .compose import compose
 from .decision import Action, Decision, Reason
 from .evidence import GradedHit
 from .gates import DANGER_INTENTS, GateOutcome, TurnFacts, decide
+from .intents import heard_intents
 from .language import asks_question, normalize_text, sentences
 from .normalize import normalize_transcript
 from .records import audit_line, handoff_package, now
@@ -69,6 +70,7 @@ class _Heard:
     normalized: str
     query: str
     changes: list[str] = field(default_factory=list)
+    avg_logprob: float | None = None  # how sure the recogniser was of a spoken turn (None: typed)
 
     @property
     def searched(self) -> bool:
@@ -134,14 +136,14 @@ class Session:
         # a turn that asks for a person, an action or something refused, or says the caller is in danger,
         # is its own request, never the answer to a pending clarify ("just put me through to a person" is
         # not "personal"; "there's a smell of gas" after "business or residential?" is not asked again)
-        own_request = not (low_conf or social) and self._is_request(said, text)
+        own_request = not (low_conf or social) and self._is_request(said, text, avg_logprob=asr.avg_logprob if asr else None)
         self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
             social, question = None, self.pending_question  # "okay" while a clarify waits: ask it again
         normalized = normalize_text(question)
         return _Heard(text, low_conf, said, social, question, context_only, normalized, self._query(normalized),
-                      norm.changes if norm else [])
+                      norm.changes if norm else [], asr.avg_logprob if asr else None)
 
     def _query(self, normalized: str) -> str:
         """The facets the caller states filter the documents; a clause that only states them ("I'm a
@@ -212,7 +214,7 @@ class Session:
                          teams=eng.teams(self.role), action_hits=action_hits, asr_low_confidence=heard.low_conf,
                          context_only=heard.context_only, small_talk=heard.social,
                          facet_retry=0 if quiet else self.facet_retry, pending_facets=list(self.pending_facets),
-                         intents={} if quiet_turn else eng.intents(heard.normalized),
+                         intents={} if quiet_turn else self._intents(heard.normalized, heard.avg_logprob),
                          urgency=None if quiet_turn else eng.urgency(heard.normalized),
                          conversation_team=self.topic_team, caller_words=heard.text,
                          today=eng.on_date or dt.date.today(),
@@ -268,13 +270,16 @@ class Session:
             new.update(reader.read(text, unasked, prompted=False))
         return new
 
-    def _is_request(self, *texts: str) -> bool:
+    def _intents(self, text: str, avg_logprob: float | None) -> dict[str, float]:
+        return heard_intents(self.engine.intents(text), text, avg_logprob)
+
+    def _is_request(self, *texts: str, avg_logprob: float | None = None) -> bool:
         """Whether the turn, as repaired or as said, asks for a person, an action or something refused,
         or reads as a caller in danger or distress."""
         cfg, texts = self.engine.config, tuple(dict.fromkeys(texts))
         own = DANGER_INTENTS | {"human_request"}
         return any(first_reading(read, texts, cfg) for read in (human_requested, approval_action, disallowed_request)) \
-            or any(own & set(self.engine.intents(t)) for t in texts)
+            or any(own & set(self._intents(t, avg_logprob)) for t in texts)
 
     def _effective_question(self, text: str) -> tuple[str, dict[str, str]]:
         """Fill facets the caller states; a reply to a clarify continues the pending question, and
