@@ -74,11 +74,11 @@ def _unit_kind(unit: str) -> str:
 _WORDS_BELOW = 1.5
 
 
-def _after_figure(before: str) -> bool:
+def _after_figure(preceding: str) -> bool:
     """Whether the text ends in a figure, its unit or what it counts ("£5", "20 GB", "five
     pounds", "50 parcels", "three guest visits"): within its last three words, in one clause."""
     words: list[str] = []
-    for w in reversed(before.split()[-3:]):
+    for w in reversed(preceding.split()[-3:]):
         if w[-1] in ",;:.!?":  # "£5, a month later": the clause broke
             break
         words.insert(0, w)

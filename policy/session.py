@@ -136,14 +136,15 @@ class Session:
         # a turn that asks for a person, an action or something refused, or says the caller is in danger,
         # is its own request, never the answer to a pending clarify ("just put me through to a person" is
         # not "personal"; "there's a smell of gas" after "business or residential?" is not asked again)
-        own_request = not (low_conf or social) and self._is_request(said, text, avg_logprob=asr.avg_logprob if asr else None)
+        logprob = asr.avg_logprob if asr else None  # None: typed
+        own_request = not (low_conf or social) and self._is_request(said, text, avg_logprob=logprob)
         self.facet_retry = 0  # set again below only when this turn is an unread answer to our clarify
         question, context_only = (said, {}) if low_conf or social or own_request else self._effective_question(said)
         if social and social != "closing" and self.pending_question:
             social, question = None, self.pending_question  # "okay" while a clarify waits: ask it again
         normalized = normalize_text(question)
         return _Heard(text, low_conf, said, social, question, context_only, normalized, self._query(normalized),
-                      norm.changes if norm else [], asr.avg_logprob if asr else None)
+                      norm.changes if norm else [], logprob)
 
     def _query(self, normalized: str) -> str:
         """The facets the caller states filter the documents; a clause that only states them ("I'm a
