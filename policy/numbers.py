@@ -86,30 +86,35 @@ def _after_figure(preceding: str) -> bool:
         return False
     if _unit_base(words[-1]) in _UNIT_KIND:
         return True
-    try:
-        said = alpha2digit(" ".join(words), "en", threshold=0)
-    except Exception:  # noqa: BLE001 - unparseable number words stay words
-        said = " ".join(words)
-    return any(ch.isdigit() for ch in said)
+    return any(ch.isdigit() for ch in _as_digits(" ".join(words), threshold=0))
+
+
+# The spoken measures that are one unit of time ("a month"): after a figure, a rate basis instead.
+_ONE_TIME_UNIT = {k for k, v in _MEASURES.items() if v.startswith("1 ") and _unit_kind(v.split()[1]) == "time"}
 
 
 def _measure(m: re.Match[str]) -> str:
     """A spoken measure as a figure; but "a month" after a figure is what it is counted per
     ("£5 a month", "2 hours a day"), not a length of time, so its words stay."""
-    value = _MEASURES[m.group(1).lower()]
-    if value.startswith("1 ") and _unit_kind(value.split()[1]) == "time" and _after_figure(m.string[:m.start()]):
+    key = m.group(1).lower()
+    if key in _ONE_TIME_UNIT and _after_figure(m.string[:m.start()]):
         return m.group(0)
-    return value
+    return _MEASURES[key]
+
+
+def _as_digits(text: str, threshold: float) -> str:
+    """Number words as digits (text2num), numbers below `threshold` kept as words; unparseable
+    number words stay words."""
+    try:
+        return alpha2digit(text, "en", threshold=threshold)
+    except Exception:  # noqa: BLE001 - text2num raises on some word runs it cannot read
+        return text
 
 
 @lru_cache(maxsize=4096)
 def words_to_digits(text: str) -> str:
     """'eighteen months' -> '18 months', 'a fortnight' -> '14 days'; other words are kept."""
-    t = _MEASURE_RX.sub(_measure, text)
-    try:
-        return alpha2digit(t, "en", threshold=_WORDS_BELOW)
-    except Exception:  # noqa: BLE001 - unparseable number words stay words
-        return t
+    return _as_digits(_MEASURE_RX.sub(_measure, text), _WORDS_BELOW)
 
 
 # A price as it is said ("7 pounds 50", "2 dollars and 50 cents"), from digits: as it is printed.
@@ -175,11 +180,8 @@ _DAYS = {"day": 1, "week": 7, "month": 30, "year": 360}
 def durations(text: str) -> set[float]:
     """The lengths of time a text states, in days, however written: "the two-year one", "a one year
     contract" and a facet value `24_month` all state 720."""
-    t = text.replace("-", " ").replace("_", " ")
-    try:
-        t = alpha2digit(t, "en", threshold=0)  # "one year" too: only numbers before a unit count here
-    except Exception:  # noqa: BLE001 - unparseable number words stay words
-        pass
+    # "one year" too: only numbers before a unit count here
+    t = _as_digits(text.replace("-", " ").replace("_", " "), threshold=0)
     return {float(q.value) * _DAYS[q.unit] for q in quantities(t) if q.kind == "time" and q.unit in _DAYS}
 
 
