@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import math
 import os
 import re
 import json
@@ -207,6 +206,7 @@ def fit_on_domains(domains: list[Domain], engines: Engines) -> Scorer:
             pairs += turn_tops(held, inner)
         scorer.calibration = calibrate_turns(pairs)
         scorer.meta["calibration_turns"] = len(pairs)
+        scorer.meta["calibration_document"] = "likeliest section"  # what the calibrated probability is of
     return scorer
 
 
@@ -218,8 +218,8 @@ def fit_all(domains: list[Domain], engines: Engines) -> Fitted:
 
 
 def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]]:
-    """Per turn, the probability that the most likely document answers (noisy-or over its
-    sections, as the gates compute it) and whether answering from it is right (an answer turn
+    """Per turn, the probability that the most likely document answers (its likeliest
+    section's, as the gates compute it) and whether answering from it is right (an answer turn
     whose answering section is in that document)."""
     turns: dict[tuple[str, int], list[tuple[float, Example]]] = {}
     for e, p in zip(examples, scorer.probabilities([e.row for e in examples])):
@@ -230,7 +230,7 @@ def turn_tops(examples: list[Example], scorer: Scorer) -> list[tuple[float, int]
         by_doc: dict[str, list[tuple[float, Example]]] = {}
         for p, e in rows:
             by_doc.setdefault(e.doc_id, []).append((p, e))
-        doc_p = {d: 1.0 - math.prod(1.0 - p for p, _ in rs) for d, rs in by_doc.items()}
+        doc_p = {d: max(p for p, _ in rs) for d, rs in by_doc.items()}
         doc = max(doc_p, key=lambda d: doc_p[d])
         right = any(e.lesson == "answer" and e.label == 1 for _, e in by_doc[doc])
         out.append((doc_p[doc], int(right)))

@@ -134,14 +134,11 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = ANSWER_UNITS, max_word
 
 
 def document_p(graded: list[GradedHit], doc_id: str) -> float:
-    """The probability that some section of a document answers (noisy-or over its sections): a
-    page whose sections each partly fit ("Ways to pay": by phone, cards we accept, when it shows)
-    answers although no single section stands out."""
-    miss = 1.0
-    for g in graded:
-        if g.doc_id == doc_id:
-            miss *= 1.0 - g.p
-    return 1.0 - miss
+    """The probability that a document answers: that of its likeliest section, the one that would
+    be spoken. Several sections that each partly fit do not add up to an answer (a noisy-or over
+    them answered "does voicemail turn messages into text" from four voicemail sections, none of
+    which says so)."""
+    return max((g.p for g in graded if g.doc_id == doc_id), default=0.0)
 
 
 def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, float] | None:

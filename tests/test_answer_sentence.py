@@ -32,6 +32,16 @@ def test_the_likely_section_is_spoken_over_a_well_phrased_one_that_does_not_answ
     assert chosen is not None and chosen[0] is price
 
 
+def test_several_sections_that_partly_fit_do_not_outweigh_one_that_answers():
+    """A document is as likely to answer as its likeliest section, the one that would be spoken: four
+    voicemail sections near the question do not add up to an answer about voicemail to text."""
+    near = [graded("voicemail", f"s{i}", "To turn voicemail off, dial ##002#.", p, [0.5])
+            for i, p in enumerate((0.54, 0.29, 0.23, 0.14))]
+    answer = graded("visual-voicemail", "transcripts", "Visual Voicemail shows your messages as text.", 0.62, [0.6])
+    chosen = best_answer([*near, answer], "any")
+    assert chosen is not None and chosen[0] is answer and chosen[1] == pytest.approx(0.62)
+
+
 def test_a_bare_yes_is_spoken_with_the_sentence_that_says_what():
     g = graded("faq", "cancel", "Yes. Bookings can be cancelled free of charge up to 48 hours before pick-up. "
                "Later, we keep one day's charge.", 0.8, [0.70, 0.58, 0.40])
