@@ -114,7 +114,10 @@ def risky_sections(active: list[GradedHit], cfg: PolicyConfig, urgency: float | 
     None: no probe, and they always hold): a weak match alone sent "how do I get more data" to the
     data-deletion page's team."""
     th = cfg.thresholds
-    out = [g for g in active if _high(g) and g.p >= th.related_p]
+    # a high-risk page is what the question is about only when no page of lower risk is likelier to
+    # answer it: "when is my bill due" (0.93) also fits the billing-disputes page (0.36)
+    lower = max((g.p for g in active if not _high(g)), default=0.0)
+    out = [g for g in active if _high(g) and g.p >= max(th.related_p, lower)]
     if urgency is not None and urgency < th.weak_risk_urgency:
         return out
     # the section most likely to answer is a high-risk one, though weakly: the caller's words are
