@@ -235,9 +235,11 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
                  and RISK_ORDER[h.risk] >= RISK_ORDER["high"] and h.status == EffectiveStatus.active]
         if named:
             signals["action_section"] = named[0].locator
-        team = named[0].handoff_team if named else _team(risky or active[:3], cfg)
+        # an action on a high-risk topic goes to that topic's team, though a safer page fits better
+        topical = risky or [g for g in active if _high(g) and g.p >= cfg.thresholds.related_p]
+        team = named[0].handoff_team if named else _team(topical or active[:3], cfg)
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval", team=team,
-                   evidence=(risky or active)[:3], risk_level=max(_risk_of(risky), "high", key=lambda r: RISK_ORDER[r]),
+                   evidence=(topical or active)[:3], risk_level=max(_risk_of(topical), "high", key=lambda r: RISK_ORDER[r]),
                    evidence_status="partial" if active else "missing")
     if risky:
         return out(Action.transfer, [Reason.high_risk_topic], "c_high_risk", team=_team(risky, cfg),

@@ -114,6 +114,9 @@ def test_a_high_risk_page_less_likely_than_a_safe_answer_does_not_take_the_call(
     alone = run("when is my bill due", result(hit("charge-disputes", disputes.text, covered=("bill", "due"),
                                                   risk="high", team="billing_disputes")))  # the likeliest
     assert alone.action == Action.transfer and alone.gate == "c_high_risk"
+    # an action on that topic still goes to its team: "I want to dispute the charge on my bill"
+    o = run("i want to file a dispute about my bill", result(due, disputes))
+    assert o.gate == "c_approval" and o.team == "billing_disputes", o.signals
 
 
 def test_a_request_the_vocabulary_repair_rewrote_is_still_a_request():
