@@ -103,22 +103,6 @@ def test_a_high_risk_page_far_from_the_question_does_not_take_the_call():
     assert run("how long does add-on data last", result(safe, privacy)).action == Action.answer
 
 
-def test_a_high_risk_page_less_likely_than_a_safe_answer_does_not_take_the_call():
-    """The question is about the high-risk topic only when its page is at least as likely to answer as
-    every page of lower risk: "when is my bill due" also fits the billing-disputes page."""
-    due = hit("bill-due-dates", "Your bill is due 14 days after it is issued.", covered=("bill", "due"))
-    disputes = hit("charge-disputes", "To dispute a charge on your bill, call us before it is due.",
-                   covered=("bill", "due"), dense=0.6, risk="high", team="billing_disputes", rank=2)
-    o = run("when is my bill due", result(due, disputes))
-    assert o.gate != "c_high_risk", o.signals
-    alone = run("when is my bill due", result(hit("charge-disputes", disputes.text, covered=("bill", "due"),
-                                                  risk="high", team="billing_disputes")))  # the likeliest
-    assert alone.action == Action.transfer and alone.gate == "c_high_risk"
-    # an action on that topic still goes to its team: "I want to dispute the charge on my bill"
-    o = run("i want to file a dispute about my bill", result(due, disputes))
-    assert o.gate == "c_approval" and o.team == "billing_disputes", o.signals
-
-
 def test_a_request_the_vocabulary_repair_rewrote_is_still_a_request():
     # the repair toward the KB's words wrote the product name "Money-Back" into the turn
     repaired = "i want my money-back for the service"
