@@ -51,7 +51,7 @@ def _refusal() -> Decision:
 
 def _answer() -> Decision:
     return Decision(action=Action.answer, message="It costs $10.", reasons=[Reason.grounded_answer],
-                    citations=[Citation(doc_id="fees", section="sim")])
+                    citations=[Citation(doc_id="fees", section="sim")], confidence=0.9)
 
 
 def test_evidence_refusals_and_doubtful_hearings_are_heard_again():
@@ -140,6 +140,22 @@ def test_a_stronger_models_own_hearing_may_differ_in_every_word_but_must_not_be_
     assert accept(h, _refusal(), first, -0.2, "") is None
     transfer = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.human_requested])
     assert accept(h, transfer, first, -0.2, "") == "second model: human_requested instead of refuse"
+
+
+def test_an_answer_from_a_hearing_of_its_own_must_clear_a_higher_line():
+    """The hearing itself may be wrong: an answer just over the typed line (0.79) is not taken from a
+    second decode or the second model; a sound-alike, which found its evidence by the repaired word,
+    keeps the typed line."""
+    first = "Can my cat come in the cabin on the Dublin to high slide?"
+    heard = "Can my cat come in the cabin on the Dublin to-ice flight?"
+    near = _answer().model_copy(update={"confidence": 0.79})
+    for independent in (False, True):
+        h = Hypothesis(heard, -0.2, "second model", decoded=True, repaired_words=new_words(first, heard),
+                       independent=independent)
+        assert accept(h, near, first, -0.2, "Pets fly in the cabin on the Dublin to Nice flight.") is None
+        assert accept(h, _answer(), first, -0.2, "Pets fly in the cabin on the Dublin to Nice flight.") is not None
+    alike = Hypothesis("How much is a SIM?", None, "sounds like: sin->sim", decoded=False, repaired_words=("sim",))
+    assert accept(alike, near, "How much is a sin?", -0.2, "A SIM is $10.") is not None
 
 
 def test_sound_alikes_repair_one_word_each_and_keep_its_capital():

@@ -38,6 +38,13 @@ MAX_ASK_WORDS = 6
 # talk to each man"); the phone-line requests it recovers were first heard in 3-7 words. A longer
 # request the first hearing garbles is left to the unprompted second model.
 MAX_PROMPTED_ASK_WORDS = 12
+# An answer taken from a decode of its own (a second decode, the second model) must be this likely to
+# be right, not only over the text path's line (10/13 from the cost table): the hearing may itself
+# be wrong. On the first set of domain recordings, of the 12 refusals such hearings turned into
+# answers, the 4 under 0.8 were 3 unsafe answers and 1 right one, the one at 0.83 spoke the wrong
+# page, and the 7 over 0.84 were right. Set there, checked on the second set (`--seed 11`): the 3
+# under it there were all wrong answers, the 9 over it 7 right and 2 missed conflicts.
+MIN_REHEARD_ANSWER_CONFIDENCE = 0.84
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,8 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
         return None
     if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text):
         return None  # the evidence found does not use the repaired word: the repair did not find it
+    if h.decoded and d.action == Action.answer and d.confidence < MIN_REHEARD_ANSWER_CONFIDENCE:
+        return None
     return f"{h.how}: {d.action.value} instead of refuse"
 
 
@@ -115,7 +124,8 @@ def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str) -> str |
     when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
     if d.action == Action.refuse:
         return None
-    if d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text):
+    if d.action == Action.answer and (not _in_evidence(h.repaired_words, evidence_text)
+                                      or d.confidence < MIN_REHEARD_ANSWER_CONFIDENCE):
         return None
     return f"{h.how}: {(d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value)} instead of refuse"
 
