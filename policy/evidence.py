@@ -150,7 +150,7 @@ def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, flo
     if not graded:
         return None
     docs = list(dict.fromkeys(g.doc_id for g in graded))  # in rank order: a tie goes to the better-ranked
-    doc = max(docs, key=lambda d: (document_p(graded, d), max(g.p for g in graded if g.doc_id == d)))
+    doc = max(docs, key=lambda d: document_p(graded, d))
     sections = [g for g in graded if g.doc_id == doc]
 
     def sentence_fit(g: GradedHit) -> float:

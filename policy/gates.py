@@ -107,6 +107,11 @@ def _named_team(question: str, teams: set[str]) -> str | None:
     return next((t for t in sorted(teams, key=len, reverse=True) if f" {t.replace('_', ' ').lower()} " in q), None)
 
 
+def _related_high(active: list[GradedHit], cfg: PolicyConfig) -> list[GradedHit]:
+    """High-risk sections at least at the related level."""
+    return [g for g in active if _high(g) and g.p >= cfg.thresholds.related_p]
+
+
 def risky_sections(active: list[GradedHit], cfg: PolicyConfig, urgency: float | None = None) -> list[GradedHit]:
     """High-risk sections the question is about: one likely to answer it, the likeliest even when
     only weakly, and a critical topic (an emergency) close to it among the first few. The weak
@@ -117,7 +122,7 @@ def risky_sections(active: list[GradedHit], cfg: PolicyConfig, urgency: float | 
     # a high-risk page is what the question is about only when no page of lower risk is likelier to
     # answer it: "when is my bill due" (0.93) also fits the billing-disputes page (0.36)
     lower = max((g.p for g in active if not _high(g)), default=0.0)
-    out = [g for g in active if _high(g) and g.p >= max(th.related_p, lower)]
+    out = [g for g in _related_high(active, cfg) if g.p >= lower]
     if urgency is not None and urgency < th.weak_risk_urgency:
         return out
     # the section most likely to answer is a high-risk one, though weakly: the caller's words are
@@ -236,7 +241,7 @@ def _intent_gates(facts: TurnFacts, graded: list[GradedHit], cfg: PolicyConfig, 
         if named:
             signals["action_section"] = named[0].locator
         # an action on a high-risk topic goes to that topic's team, though a safer page fits better
-        topical = risky or [g for g in active if _high(g) and g.p >= cfg.thresholds.related_p]
+        topical = risky or _related_high(active, cfg)
         team = named[0].handoff_team if named else _team(topical or active[:3], cfg)
         return out(Action.transfer, [Reason.action_requires_approval], "c_approval", team=team,
                    evidence=(topical or active)[:3], risk_level=max(_risk_of(topical), "high", key=lambda r: RISK_ORDER[r]),
