@@ -133,32 +133,26 @@ def best_units(g: GradedHit, kind: FactKind, limit: int = ANSWER_UNITS, max_word
     return [units[i] for i in sorted(set(chosen))]
 
 
-def document_p(graded: list[GradedHit], doc_id: str) -> float:
-    """The probability that a document answers: that of its likeliest section, the one that would
-    be spoken. Several sections that each partly fit do not add up to an answer (a noisy-or over
-    them answered "does voicemail turn messages into text" from four voicemail sections, none of
-    which says so)."""
-    return max((g.p for g in graded if g.doc_id == doc_id), default=0.0)
-
-
 def best_answer(graded: list[GradedHit], kind: FactKind) -> tuple[GradedHit, float] | None:
     """The document most likely to answer, and in it the section to speak: its probability of
     answering and the fit of its best sentence (close in meaning, saying the question's words and
     the asked kind of fact) both count, so neither a well-phrased sentence in an off-topic section
     ("What is Plus" for "how much is Plus") nor a likely section's weak sentence wins alone.
-    Returns (section, the document's probability)."""
+    Returns (section, the document's probability).
+
+    A document is as likely to answer as its likeliest section, the one that would be spoken:
+    sections that each partly fit do not add up to an answer (a noisy-or over them answered "does
+    voicemail turn messages into text" from four voicemail sections, none of which says so)."""
     if not graded:
         return None
-    docs = list(dict.fromkeys(g.doc_id for g in graded))  # in rank order: a tie goes to the better-ranked
-    doc = max(docs, key=lambda d: document_p(graded, d))
-    sections = [g for g in graded if g.doc_id == doc]
+    likeliest = max(graded, key=lambda g: g.p)  # a tie goes to the better-ranked
+    sections = [g for g in graded if g.doc_id == likeliest.doc_id]
 
     def sentence_fit(g: GradedHit) -> float:
         order = best_unit_order(g, kind)
         return unit_fit(g, kind, order[0]) if order and g.hit.unit_scores else g.p
 
-    likeliest = max(sections, key=lambda g: g.p)
     if likeliest.vouched_by:  # it answers as the old version did: speak it, not a neighbour that reads well
-        return likeliest, document_p(graded, doc)
+        return likeliest, likeliest.p
     best = max(sections, key=lambda g: (g.p + sentence_fit(g), g.p))
-    return best, document_p(graded, doc)
+    return best, likeliest.p

@@ -91,6 +91,11 @@ def _fits_audio(h: Hypothesis, first_logprob: float | None, drop: float = MAX_LO
     return h.avg_logprob >= first_logprob - drop
 
 
+def _doubtful_answer(d: Decision) -> bool:
+    """An answer a hearing of its own may not give: under MIN_REHEARD_ANSWER_CONFIDENCE."""
+    return d.action == Action.answer and d.confidence < MIN_REHEARD_ANSWER_CONFIDENCE
+
+
 def _in_evidence(words: tuple[str, ...], evidence_text: str) -> bool:
     have = set(_words(evidence_text))
     return any(w.lower() in have for w in words)
@@ -114,7 +119,7 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
         return None
     if h.repaired_words and d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text):
         return None  # the evidence found does not use the repaired word: the repair did not find it
-    if h.decoded and d.action == Action.answer and d.confidence < MIN_REHEARD_ANSWER_CONFIDENCE:
+    if h.decoded and _doubtful_answer(d):
         return None
     return f"{h.how}: {d.action.value} instead of refuse"
 
@@ -124,8 +129,7 @@ def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str) -> str |
     when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
     if d.action == Action.refuse:
         return None
-    if d.action == Action.answer and (not _in_evidence(h.repaired_words, evidence_text)
-                                      or d.confidence < MIN_REHEARD_ANSWER_CONFIDENCE):
+    if _doubtful_answer(d) or (d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text)):
         return None
     return f"{h.how}: {(d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value)} instead of refuse"
 
