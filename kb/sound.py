@@ -67,7 +67,8 @@ class SoundIndex:
             if d > (0 if len(key) <= 2 else 1):
                 continue
             for w in words:
-                s = jellyfish.jaro_winkler_similarity(word.lower(), w)
+                # rounded: "cut"/"cat" is 0.8 in exact arithmetic but 0.79999... in floating point
+                s = round(jellyfish.jaro_winkler_similarity(word.lower(), w), 6)
                 if s >= MIN_SPELLING[d]:
                     best.append(SoundRepair(word, w, d, s))
         if not best:

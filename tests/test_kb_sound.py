@@ -195,3 +195,31 @@ def test_a_hearing_not_taken_is_listed_with_what_it_was_read_as():
     h = Hypothesis("Do you sell laptops?", -0.3, "second model", decoded=True, independent=True)
     line = weighed_line(h, _refusal())
     assert line.startswith("second model: 'Do you sell laptops?' as refuse") and line.endswith("not taken")
+
+
+def test_a_three_letter_word_one_vowel_off_is_a_sound_alike():
+    # Jaro-Winkler puts "cut"/"cat" exactly on the 0.80 line; floating point must not drop it
+    assert SoundIndex(["cat", "dog"]).nearest("cut").meant == "cat"
+
+
+def _asks_again(key: str = "pet_type") -> Decision:
+    return Decision(action=Action.clarify, message="Sorry, I didn't catch that. Is it cat or dog?",
+                    reasons=[Reason.missing_facet], missing_information=[key])
+
+
+def test_an_unread_answer_to_our_clarify_is_heard_again():
+    assert needs_rehearing(_asks_again(), asked=("pet_type",))
+    # a first clarify, or one asking for a facet we had not asked for, is no misheard answer
+    assert not needs_rehearing(_asks_again(), asked=())
+    assert not needs_rehearing(_asks_again("plan"), asked=("pet_type",))
+
+
+def test_a_hearing_of_an_answer_to_our_clarify_is_taken_only_when_it_is_read():
+    first = "It's for my cut."
+    h = Hypothesis("It's for my cat.", -0.5, "sounds like: cut->cat", decoded=False, repaired_words=("cat",))
+    evidence = "A dental cleaning for a cat costs $295."
+    why = accept(h, _answer(), first, -0.5, evidence, asked=("pet_type",))
+    assert why == "sounds like: cut->cat: answer instead of asking again"
+    assert accept(h, _asks_again(), first, -0.5, evidence, asked=("pet_type",)) is None
+    assert accept(h, _refusal(), first, -0.5, evidence, asked=("pet_type",)) is None
+    assert accept(h, _answer(), first, -0.5, "A dental cleaning for a dog costs $350.", asked=("pet_type",)) is None

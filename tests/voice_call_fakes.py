@@ -81,6 +81,7 @@ class FakeSession:
             self.active -= 1
 
     pending_question = None
+    pending_facets: list[str] = []
 
     def snapshot(self):
         return ("state", len(self.turns))

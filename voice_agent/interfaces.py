@@ -84,6 +84,7 @@ class PolicySession(Protocol):
 
     session_id: str
     pending_question: str | None
+    pending_facets: list[str]  # the facets our last clarify asked for
 
     def turn(self, text: str, *, asr: AsrSignal | None = None, faults: Collection[str] = (),
              timings_ms: dict[str, float] | None = None) -> TurnResult: ...

@@ -1,5 +1,5 @@
 """Hearing a turn again before refusing it for lack of evidence (or asking the caller to repeat a
-doubtful hearing): the refusal path's extra hypotheses.
+doubtful hearing, or to answer our clarify again): the refusal path's extra hypotheses.
 
 A misheard word ("cast" for "cost", "Ah, the regular" for "Operator") makes a turn look unanswerable.
 Before such a refusal the call weighs other hypotheses of the same audio:
@@ -61,11 +61,22 @@ class Hypothesis:
     prompted: bool = False
 
 
-def needs_rehearing(d: Decision) -> bool:
-    """Refused for lack of evidence, or asked again because the hearing was doubtful."""
+def needs_rehearing(d: Decision, asked: tuple[str, ...] = ()) -> bool:
+    """Refused for lack of evidence, asked again because the hearing was doubtful, or asked again
+    because the answer to our clarify (`asked`: the facets it asked for) could not be read."""
     if d.action == Action.clarify and Reason.asr_low_confidence in d.reasons:
         return True
+    if unread_answer(d, asked):
+        return True
     return d.action == Action.refuse and bool(set(d.reasons) & EVIDENCE_REFUSALS)
+
+
+def unread_answer(d: Decision, asked: tuple[str, ...]) -> bool:
+    """`d` asks again for a facet our clarify asked for: the caller's answer was not read ("It's for
+    my cut." after "cat or dog?"). Among the few words that answer such a question, a sound-alike of
+    one of them is likely what was said."""
+    return d.action == Action.clarify and Reason.missing_facet in d.reasons \
+        and bool(set(d.missing_information) & set(asked))
 
 
 def _words(text: str) -> list[str]:
@@ -101,11 +112,15 @@ def _in_evidence(words: tuple[str, ...], evidence_text: str) -> bool:
     return any(w.lower() in have for w in words)
 
 
-def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, evidence_text: str) -> str | None:
+def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | None, evidence_text: str,
+           asked: tuple[str, ...] = ()) -> str | None:
     """Why `h` (previewed as `d`) replaces the first hearing, or None to keep the first hearing.
-    `evidence_text`: the sections `d` cites or otherwise rests on (asks from, hands over)."""
+    `evidence_text`: the sections `d` cites or otherwise rests on (asks from, hands over); `asked`:
+    the facets our clarify asked for, when the first hearing's answer to it could not be read."""
+    if unread_answer(d, asked):
+        return None  # no better read than the first hearing
     if h.independent:
-        return _accept_independent(h, d, evidence_text)
+        return _accept_independent(h, d, evidence_text, asked)
     if not _fits_audio(h, first_logprob):
         return None
     if not h.decoded and not _in_evidence(h.repaired_words, evidence_text):
@@ -121,17 +136,23 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
         return None  # the evidence found does not use the repaired word: the repair did not find it
     if h.decoded and _doubtful_answer(d):
         return None
-    return f"{h.how}: {d.action.value} instead of refuse"
+    return f"{h.how}: {d.action.value} instead of {_first(asked)}"
 
 
-def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str) -> str | None:
+def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str, asked: tuple[str, ...] = ()) -> str | None:
     """A stronger model's own hearing (already not a doubtful one) replaces a refused first hearing
     when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
     if d.action == Action.refuse:
         return None
     if _doubtful_answer(d) or (d.action == Action.answer and not _in_evidence(h.repaired_words, evidence_text)):
         return None
-    return f"{h.how}: {(d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value)} instead of refuse"
+    what = d.reasons[0].value if d.reasons and d.action == Action.transfer else d.action.value
+    return f"{h.how}: {what} instead of {_first(asked)}"
+
+
+def _first(asked: tuple[str, ...]) -> str:
+    """What the first hearing was decided as, for the audit line."""
+    return "asking again" if asked else "refuse"
 
 
 def as_said(phrase: str) -> str:

@@ -109,27 +109,28 @@ class Speculation(CallCore):
     async def _repair_transcript(self, audio: np.ndarray, text: str, signal: AsrSignal, first: Decision | None,
                                  timings: dict[str, float],
                                  weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
-        """For a turn about to be refused for lack of evidence, or asked again for a doubtful hearing:
-        other hypotheses of the same audio
+        """For a turn about to be refused for lack of evidence, or asked again for a doubtful hearing
+        or for an answer to our clarify that could not be read: other hypotheses of the same audio
         (`rehear`), the first one that clearly strengthens the turn. Returns (text, signal whose
         `repair` says why, previewed decision), or None to keep the first hearing. `timings` gets
         `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost; `weighed` gets each
         hypothesis previewed and not taken, for the audit line."""
+        asked = tuple(self.session.pending_facets) if self.session.pending_question is not None else ()
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
-        if not needs_rehearing(decided):
+        if not needs_rehearing(decided, asked):
             return None
         t0 = self.clock.now()
         try:
-            return await self._rehear(audio, text, signal, timings, weighed)
+            return await self._rehear(audio, text, signal, timings, weighed, asked)
         finally:
             timings["rehear"] = (self.clock.now() - t0) * 1000
 
     async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal, timings: dict[str, float],
-                      weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
+                      weighed: list[str], asked: tuple[str, ...] = ()) -> tuple[str, AsrSignal, Decision] | None:
         # a doubtful hearing's words are no ground for sound-alikes: only a second decode
         for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
-            if (found := await self._try_hypothesis(h, text, signal, weighed)) is not None:
+            if (found := await self._try_hypothesis(h, text, signal, weighed, asked)) is not None:
                 return found
         # the two decodes run side by side (each model has its own workers): the refusal path waits
         # for the slower one, not for both
@@ -137,15 +138,15 @@ class Speculation(CallCore):
         decodes.add_done_callback(lambda t: t.cancelled() or t.exception())  # an unused one's error is not news
         try:
             if (fresh := await self._second_model(audio, text, timings)) is not None:
-                if (found := await self._try_hypothesis(fresh, text, signal, weighed)) is not None:
+                if (found := await self._try_hypothesis(fresh, text, signal, weighed, asked)) is not None:
                     return found
             for h in await decodes:
-                if (found := await self._try_hypothesis(h, text, signal, weighed)) is not None:
+                if (found := await self._try_hypothesis(h, text, signal, weighed, asked)) is not None:
                     return found
         finally:
             decodes.cancel()
         if (ask := await self._fitted_ask(audio, text, signal, timings)) is not None:
-            return await self._try_hypothesis(ask, text, signal, weighed)
+            return await self._try_hypothesis(ask, text, signal, weighed, asked)
         return None
 
     async def _second_model(self, audio: np.ndarray, text: str, timings: dict[str, float]) -> Hypothesis | None:
@@ -206,13 +207,13 @@ class Speculation(CallCore):
                            prompted=decoded)
                 for fixed, r in sound_alikes(text, self.runtime.engine.sound_index(self.role))[:MAX_SOUND_ALIKES]]
 
-    async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal,
-                              weighed: list[str]) -> tuple[str, AsrSignal, Decision] | None:
+    async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal, weighed: list[str],
+                              asked: tuple[str, ...] = ()) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
                         raw_text=signal.raw_text or text)
         o = await asyncio.to_thread(self._locked, self.session.preview_turn, h.text, asr=sig)
         d = o.decision
-        why = accept(h, d, text, signal.avg_logprob, self._evidence_text(d, o.evidence))
+        why = accept(h, d, text, signal.avg_logprob, self._evidence_text(d, o.evidence), asked)
         if why is None:
             weighed.append(weighed_line(h, d))
             return None
