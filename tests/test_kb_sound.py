@@ -118,11 +118,24 @@ def test_a_prompted_decode_may_hear_a_request_for_a_person_only_in_a_short_turn(
     long = Hypothesis("I'll merchant my celery. Can I put in to a child. Can I talk to each man.", -0.5,
                       "second decode", decoded=True, prompted=True)
     assert accept(long, transfer, first, -0.6, "") is None
-    # an unprompted model's own hearing is not held to it, nor is a high-risk turn
+    # an unprompted model's own hearing is not held to it
     assert accept(Hypothesis(long.text, -0.5, "second model", decoded=True, independent=True), transfer,
                   first, -0.6, "") is not None
+
+
+def test_a_prompted_decode_never_makes_a_turn_high_risk_but_the_second_model_may():
     risk = Decision(action=Action.transfer, message="Transferring you.", reasons=[Reason.high_risk_topic])
-    assert accept(long, risk, first, -0.6, "") is not None
+    first = "I can't still log on in your own manual plan."
+    prompted = Hypothesis("I can't so log on in you alone, I am your plan.", -0.5, "second decode, beam 4",
+                          decoded=True, prompted=True)
+    assert accept(prompted, risk, first, -0.6, "") is None
+    both = Decision(action=Action.transfer, message="Transferring you.",
+                    reasons=[Reason.human_requested, Reason.high_risk_topic])
+    assert accept(Hypothesis("I'm alone, get me a person.", -0.5, "second decode", decoded=True, prompted=True),
+                  both, "I'm alone, get me up Herson.", -0.6, "") is not None
+    own = Hypothesis("I got home from work and the landlord changed the locks.", -0.2, "second model", decoded=True,
+                     independent=True)
+    assert accept(own, risk, "I got home, room work and the land lot change of lots.", -0.6, "") is not None
 
 
 def test_a_different_sentence_is_a_different_hearing():
