@@ -16,7 +16,7 @@ from ..stages.asr_beam import said_words
 from ..stages.turn_end import reads_complete
 from .core import CallCore
 from .rehear import (MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words,
-                     weighed_line)
+                     unread_answer, weighed_line)
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
@@ -115,9 +115,10 @@ class Speculation(CallCore):
         `repair` says why, previewed decision), or None to keep the first hearing. `timings` gets
         `rehear` (ms) when hypotheses were weighed: the refusal path's extra cost; `weighed` gets each
         hypothesis previewed and not taken, for the audit line."""
-        asked = tuple(self.session.pending_facets) if self.session.pending_question is not None else ()
+        pending = tuple(self.session.pending_facets) if self.session.pending_question is not None else ()
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
+        asked = pending if unread_answer(decided, pending) else ()  # a refusal after our clarify is a refusal
         if not needs_rehearing(decided, asked):
             return None
         t0 = self.clock.now()
