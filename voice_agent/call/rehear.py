@@ -146,7 +146,7 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     return f"{h.how}: {d.action.value} instead of {_first(asked)}"
 
 
-def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str, asked: tuple[str, ...] = ()) -> str | None:
+def _accept_independent(h: Hypothesis, d: Decision, evidence_text: str, asked: tuple[str, ...]) -> str | None:
     """A stronger model's own hearing (already not a doubtful one) replaces a refused first hearing
     when it is not refused itself; an answer must still stand on a word the first hearing lacked."""
     if d.action == Action.refuse:

@@ -128,7 +128,7 @@ class Speculation(CallCore):
             timings["rehear"] = (self.clock.now() - t0) * 1000
 
     async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal, timings: dict[str, float],
-                      weighed: list[str], asked: tuple[str, ...] = ()) -> tuple[str, AsrSignal, Decision] | None:
+                      weighed: list[str], asked: tuple[str, ...]) -> tuple[str, AsrSignal, Decision] | None:
         # a doubtful hearing's words are no ground for sound-alikes: only a second decode
         for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
             if (found := await self._try_hypothesis(h, text, signal, weighed, asked)) is not None:
@@ -209,7 +209,7 @@ class Speculation(CallCore):
                 for fixed, r in sound_alikes(text, self.runtime.engine.sound_index(self.role))[:MAX_SOUND_ALIKES]]
 
     async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal, weighed: list[str],
-                              asked: tuple[str, ...] = ()) -> tuple[str, AsrSignal, Decision] | None:
+                              asked: tuple[str, ...]) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
                         raw_text=signal.raw_text or text)
         o = await asyncio.to_thread(self._locked, self.session.preview_turn, h.text, asr=sig)
