@@ -38,11 +38,6 @@ MAX_ASK_WORDS = 6
 # talk to each man"); the phone-line requests it recovers were first heard in 3-7 words. A longer
 # request the first hearing garbles is left to the unprompted second model.
 MAX_PROMPTED_ASK_WORDS = 12
-# A decode prompted with the KB's terms never sends a turn to a person as high-risk on its own: on both
-# sets of domain recordings (912 turns), none of the 10 turns it (7) or a sound-alike of its hearing (3)
-# sent so was a real high-risk call; they were garbled hearings given the KB's words ("It's an evil",
-# "I am your plan", "my phone insane"). The unprompted second model and sound-alikes of the first
-# hearing still may.
 # An answer taken from a decode of its own (a second decode, the second model) must be this likely to
 # be right, not only over the text path's line (10/13 from the cost table): the hearing may itself
 # be wrong. On the first set of domain recordings, of the 12 refusals such hearings turned into
@@ -131,8 +126,12 @@ def accept(h: Hypothesis, d: Decision, first_text: str, first_logprob: float | N
     if not h.decoded and not _in_evidence(h.repaired_words, evidence_text):
         return None  # a sound-alike has no hearing of its own: only the evidence it found can vouch for it
     if d.action == Action.transfer and set(d.reasons) & INTENT_REASONS:
+        # A prompted decode never makes a turn high-risk on its own: over both sets of domain recordings
+        # (912 turns), none of the 10 it (7) or a sound-alike of its hearing (3) sent so was a real
+        # high-risk call, only garbled hearings given the KB's words ("I am your plan"). The unprompted
+        # second model and sound-alikes of the first hearing still may.
         if h.prompted and Reason.high_risk_topic in d.reasons and Reason.human_requested not in d.reasons:
-            return None  # the prompt's KB terms, high-risk ones among them, written into a garbled hearing
+            return None
         if h.prompted and Reason.human_requested in d.reasons and len(first_text.split()) > MAX_PROMPTED_ASK_WORDS:
             return None  # a request the prompt wrote into a long turn
         # to a person: safe even when the words changed a lot, if the decode fits the audio as well
