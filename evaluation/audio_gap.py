@@ -1,6 +1,8 @@
 """Voice against text on the same cases: for `eval --audio-dir`, each spoken case is also run on the
-text path, and the two are compared per recording channel (wideband, noisy, telephone band, as the
-audio directory's `manifest.yaml` records them). What the voice path loses is what ASR costs."""
+text path, and the two are compared per recording channel (wideband, noisy, telephone band) and per
+voice (the synthesiser and voice that spoke it), as the audio directory's `manifest.yaml` records
+them. What the voice path loses is what ASR costs; the per-voice rows show whether it loses it on
+every speaker or on a few hard ones."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from policy.decision import Action
 from .metrics import CaseResult, Costs, summarize
 
 CHANNELS = ("wideband", "noisy", "telephone")
+UNKNOWN_VOICE = "(not named)"
 Pair = tuple[CaseResult, CaseResult]  # a case spoken, and the same case typed
 
 
@@ -23,23 +26,36 @@ def channel_reader(audio_dir: Path) -> Callable[[CaseResult], str]:
     return lambda r: channels.get(r.case.id, "wideband")
 
 
-def channels_of(audio_dir: Path) -> dict[str, str]:
-    """Case id → channel from the directory's manifest; an unlisted file counts as wideband."""
+def voice_reader(audio_dir: Path) -> Callable[[CaseResult], str]:
+    """A spoken case's voice ("espeak:en-gb-scotland"), from the directory's manifest."""
+    voices = voices_of(audio_dir)
+    return lambda r: voices.get(r.case.id, UNKNOWN_VOICE)
+
+
+def _manifest_files(audio_dir: Path) -> list[dict]:
     path = audio_dir / "manifest.yaml"
     try:
         files = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("files") or []
     except (OSError, yaml.YAMLError, AttributeError):
-        return {}
-    out: dict[str, str] = {}
-    for f in files:
-        if isinstance(f, dict) and f.get("id"):
-            out[str(f["id"])] = "telephone" if f.get("telephone") else "noisy" if f.get("noise") else "wideband"
-    return out
+        return []
+    return [f for f in files if isinstance(f, dict) and f.get("id")]
+
+
+def channels_of(audio_dir: Path) -> dict[str, str]:
+    """Case id → channel from the directory's manifest; an unlisted file counts as wideband."""
+    return {str(f["id"]): "telephone" if f.get("telephone") else "noisy" if f.get("noise") else "wideband"
+            for f in _manifest_files(audio_dir)}
+
+
+def voices_of(audio_dir: Path) -> dict[str, str]:
+    """Case id → the voice that spoke it, as the manifest names it (a recording of a real caller, or
+    a manifest without voices, has none)."""
+    return {str(f["id"]): str(f["voice"]) for f in _manifest_files(audio_dir) if f.get("voice")}
 
 
 @dataclass
 class GapRow:
-    channel: str
+    channel: str  # or, in a per-voice table, the voice
     cases: int
     voice_pass: float
     text_pass: float
@@ -62,10 +78,13 @@ def text_twins(results: list[CaseResult], text_run: Callable[[CaseResult], CaseR
     return [(r, text_run(r)) for r in results if r.mode == "audio"]
 
 
-def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: Costs) -> list[GapRow]:
-    """One row per channel present, then ALL, over (voice, text) pairs of the same cases."""
+def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: Costs,
+             order: tuple[str, ...] | None = CHANNELS) -> list[GapRow]:
+    """One row per group present (channels in `order`; with `order` None, whatever groups
+    `channel_of` gives, by name), then ALL, over (voice, text) pairs of the same cases."""
     rows = []
-    groups = [(c, [p for p in pairs if channel_of(p[0]) == c]) for c in CHANNELS]
+    names = order if order is not None else tuple(sorted({channel_of(v) for v, _ in pairs}))
+    groups = [(c, [p for p in pairs if channel_of(p[0]) == c]) for c in names]
     for name, group in [g for g in groups if g[1]] + [("ALL", pairs)]:
         if not group:
             continue
@@ -78,14 +97,24 @@ def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: 
     return rows
 
 
-def format_gap(rows: list[GapRow]) -> str:
-    head = f"{'channel':<12}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}  human requests transferred"
+def format_gap(rows: list[GapRow], label: str = "channel") -> str:
+    width = max([12, *(len(r.channel) + 2 for r in rows)])
+    head = f"{label:<{width}}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}  human requests transferred"
     lines = ["voice against text, the same cases:", head, "-" * len(head)]
     for r in rows:
         humans = f"{r.human_transferred}/{r.human_requests}" if r.human_requests else "-"
-        lines.append(f"{r.channel:<12}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
+        lines.append(f"{r.channel:<{width}}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
                      f"{f'{r.voice_unsafe}/{r.text_unsafe}':>12}  {humans}")
     return "\n".join(lines)
+
+
+def gap_tables(pairs: list[Pair], channel_of: Callable[[CaseResult], str], voice_of: Callable[[CaseResult], str],
+               costs: Costs) -> str:
+    """The per-channel table, and the per-voice one where the recordings name their voices."""
+    out = format_gap(gap_rows(pairs, channel_of, costs))
+    if any(voice_of(v) != UNKNOWN_VOICE for v, _ in pairs):
+        out += "\n\n" + format_gap(gap_rows(pairs, voice_of, costs, order=None), "voice")
+    return out
 
 
 def hearing_lines(r: CaseResult) -> list[str]:

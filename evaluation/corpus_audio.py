@@ -11,7 +11,8 @@ from pathlib import Path
 
 from policy.config import Costs
 
-from .audio_gap import GapRow, Pair, channel_reader, format_gap, gap_rows, hearing_lines, reheard_line, text_twins
+from .audio_gap import (GapRow, Pair, channel_reader, gap_rows, gap_tables, hearing_lines, reheard_line, text_twins,
+                        voice_reader)
 from .corpus import Domain, Engines, Fitted, Fitter
 from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
 from .metrics import CaseResult
@@ -25,6 +26,7 @@ class DomainAudio:
     rows: list[GapRow]  # per channel, then ALL
     pairs: list[Pair]
     channel_of: Callable[[CaseResult], str]
+    voice_of: Callable[[CaseResult], str]
     costs: Costs
 
 
@@ -45,7 +47,7 @@ def score_domain_audio(d: Domain, folder: Path, audio_setup: AudioSetup,
     pairs = text_twins(results, lambda r: run_text_case(engine, r.case))
     channel_of = channel_reader(folder)
     costs = costs_of(engine)
-    return DomainAudio(d.name, gap_rows(pairs, channel_of, costs), pairs, channel_of, costs)
+    return DomainAudio(d.name, gap_rows(pairs, channel_of, costs), pairs, channel_of, voice_reader(folder), costs)
 
 
 def audio_corpus(domains: list[Domain], audio_root: Path, audio_setup: AudioSetup, engines: Engines,
@@ -77,8 +79,9 @@ def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> st
         lines.append(f"worst gap: {worst.name} {worst.rows[-1].gap:+.3f}")
         pairs = [p for da in scored for p in da.pairs]
         by_channel = {id(p[0]): da.channel_of(p[0]) for da in scored for p in da.pairs}
-        lines += ["", "all domains, per channel:"]
-        lines.append(format_gap(gap_rows(pairs, lambda r: by_channel[id(r)], scored[0].costs)))
+        by_voice = {id(p[0]): da.voice_of(p[0]) for da in scored for p in da.pairs}
+        lines += ["", "all domains, per channel and per voice:"]
+        lines.append(gap_tables(pairs, lambda r: by_channel[id(r)], lambda r: by_voice[id(r)], scored[0].costs))
         lines.append(reheard_line(pairs))
     if failures:
         for da in scored:

@@ -24,7 +24,7 @@ from policy.decision import Action, Decision
 from policy.engine import POLICIES, Engine, Session
 from policy.numbers import number_values
 
-from .audio_gap import channel_reader, format_gap, gap_rows, hearing_lines, reheard_line, text_twins
+from .audio_gap import channel_reader, gap_tables, hearing_lines, reheard_line, text_twins, voice_reader
 from .cases import Case, CasesError, load_cases
 from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
@@ -387,7 +387,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
             print(format_confusion(metrics))
             if runner is not None and audio_dir is not None:
                 pairs = text_twins(results, lambda r: run_text_case(engine, r.case, policy=policy, default_role=args.role))
-                print("\n" + format_gap(gap_rows(pairs, channel_reader(audio_dir), costs_of(engine))))
+                print("\n" + gap_tables(pairs, channel_reader(audio_dir), voice_reader(audio_dir), costs_of(engine)))
                 print(reheard_line(pairs))
             _print_failures(results, args.failures)
             if args.out:

@@ -229,3 +229,33 @@ def test_voice_is_compared_with_text_per_channel(tmp_path):
     assert (by["ALL"].cases, by["ALL"].human_requests, by["ALL"].human_transferred) == (3, 3, 2)
     table = format_gap(rows)
     assert "telephone" in table and "2/3" in table
+
+
+@pytest.mark.unit
+def test_voice_is_compared_with_text_per_voice(tmp_path):
+    from evaluation.audio_gap import channel_reader, gap_tables, text_twins, voice_reader, voices_of
+    from evaluation.metrics import CaseResult, TurnRecord
+    from policy.config import Costs
+
+    (tmp_path / "manifest.yaml").write_text("files:\n- {id: a, voice: 'espeak:en-gb-scotland'}\n"
+                                           "- {id: b, voice: 'piper:joe'}\n- {id: c, voice: 'piper:joe'}\n- {id: d}\n")
+    assert voices_of(tmp_path) == {"a": "espeak:en-gb-scotland", "b": "piper:joe", "c": "piper:joe"}
+
+    def result(cid: str, action: Action, mode: str) -> CaseResult:
+        c = Case.model_validate({"id": cid, "bucket": "direct_evidence", "question": "q", "expect": {"action": "answer"}})
+        rec = TurnRecord(case_id=cid, bucket="direct_evidence", index=0, question="q", expected=[Action.answer],
+                         decision=Decision(action=action, message="m"))
+        return CaseResult(case=c, turns=[rec], mode=mode, failures=[] if action == Action.answer else ["wrong"])
+
+    spoken = [result("a", Action.refuse, "audio"), result("b", Action.answer, "audio"),
+              result("c", Action.refuse, "audio"), result("d", Action.answer, "audio")]
+    pairs = text_twins(spoken, lambda r: result(r.case.id, Action.answer, "text"))
+    table = gap_tables(pairs, channel_reader(tmp_path), voice_reader(tmp_path), Costs())
+    rows = {line.split()[0]: line.split()[1:5] for line in table.splitlines()[-5:]}
+    assert rows["espeak:en-gb-scotland"] == ["1", "0.000", "1.000", "-1.000"]
+    assert rows["piper:joe"] == ["2", "0.500", "1.000", "-0.500"]
+    assert rows["(not"][:2] == ["named)", "1"]  # a recording whose voice the manifest does not name
+    assert rows["ALL"] == ["4", "0.500", "1.000", "-0.500"]
+    (tmp_path / "manifest.yaml").write_text("files:\n- {id: a}\n- {id: b}\n")
+    plain = gap_tables(pairs, channel_reader(tmp_path), voice_reader(tmp_path), Costs())
+    assert plain.count("voice against text") == 1 and "\nvoice " not in plain  # no voices named: no per-voice table
