@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .cases import CasesError
 from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
-from .corpus_audio import audio_corpus, format_audio_corpus
+from .corpus_audio import audio_corpus, audio_corpus_json, format_audio_corpus
 from .corpus_diff import DiffError, diff_runs, load_run
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
@@ -22,7 +22,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "leave-one-domain-out.")
     p.add_argument("--corpus", required=True, help="folder of domains (each: kb/ + cases.yaml, or domain.yaml)")
     p.add_argument("--sealed", help="folder of sealed domains: scored once, never trained on")
-    p.add_argument("--out", help="folder for the chart (corpus.png) and the per-domain JSON")
+    p.add_argument("--out", help="folder for the chart (corpus.png) and the per-domain JSON (with --audio-dir: "
+                   "voice.json, every spoken case beside its typed twin)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object (last line)")
     p.add_argument("--no-baselines", action="store_true", help="skip the minimal/threshold baselines' costs")
     p.add_argument("--no-refit", action="store_true",
@@ -136,5 +137,11 @@ def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, au
     if not scored:
         print(f"error: {root}: no recordings for any domain (one sub-folder per domain)", file=sys.stderr)
         return 2
-    print(format_audio_corpus(scored, failures=args.failures))
+    data = audio_corpus_json(scored)
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "voice.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
+    print(json.dumps(data) if args.json else format_audio_corpus(scored, failures=args.failures))
+    if args.out and not args.json:
+        print(f"\nwrote {Path(args.out) / 'voice.json'}")
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from policy.config import Costs
@@ -90,3 +90,26 @@ def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> st
                     lines.append(f"  {da.name}/{v.case.id} [{v.case.bucket}]: {'; '.join(v.failures)}")
                     lines += [f"      {x}" for x in hearing_lines(v)]
     return "\n".join(lines)
+
+
+def _row(r: GapRow) -> dict[str, object]:
+    return {**asdict(r), "gap": round(r.gap, 4)}
+
+
+def audio_corpus_json(scored: list[DomainAudio]) -> dict[str, object]:
+    """The run as data (`--out DIR` writes it to DIR/voice.json, `--json` prints it): the tables'
+    rows, and each spoken case with its channel, voice, both outcomes and what was heard."""
+    pairs = [(da, v, t) for da in scored for v, t in da.pairs]
+    costs = scored[0].costs if scored else Costs()
+    by_channel = {id(v): da.channel_of(v) for da, v, _ in pairs}
+    by_voice = {id(v): da.voice_of(v) for da, v, _ in pairs}
+    flat = [(v, t) for _, v, t in pairs]
+    return {
+        "domains": {da.name: [_row(r) for r in da.rows] for da in scored},
+        "channels": [_row(r) for r in gap_rows(flat, lambda r: by_channel[id(r)], costs)],
+        "voices": [_row(r) for r in gap_rows(flat, lambda r: by_voice[id(r)], costs, order=None)],
+        "cases": [{"domain": da.name, "id": v.case.id, "bucket": v.case.bucket, "channel": by_channel[id(v)],
+                   "voice": by_voice[id(v)], "voice_ok": v.ok, "text_ok": t.ok, "failures": v.failures,
+                   "heard": hearing_lines(v)} for da, v, t in pairs],
+    }
+

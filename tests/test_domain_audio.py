@@ -172,6 +172,26 @@ def test_generator_bad_input_is_one_line(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "cannot read cases file" in proc.stderr
 
 
+@pytest.mark.audio
+@pytest.mark.slow
+def test_corpus_voice_eval_writes_every_spoken_case_with_its_voice(generated, tmp_path):
+    """`eval --corpus --audio-dir --out`: the voice-against-text rows per channel and per voice, and
+    each spoken case beside its typed twin, as data; only the domain with recordings is heard."""
+    proc = _run("run.py", "eval", "--corpus", ROOT / "fixtures" / "domains", "--audio-dir", generated[0],
+                "--no-refit", "--json", "--out", tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    printed = json.loads(proc.stdout.strip().splitlines()[-1])
+    data = json.loads((tmp_path / "voice.json").read_text(encoding="utf-8"))
+    assert printed == data and list(data["domains"]) == [DOMAIN]
+    manifest = {e["id"]: e for e in yaml.safe_load((generated[0] / DOMAIN / "manifest.yaml").read_text())["files"]}
+    assert {c["id"]: c["voice"] for c in data["cases"]} == {i: e["voice"] for i, e in manifest.items()}
+    assert all(c["heard"] and c["heard"][0].startswith("heard: ") for c in data["cases"])
+    voices = {r["channel"]: r for r in data["voices"]}
+    assert set(voices) == {e["voice"] for e in manifest.values()} | {"ALL"}
+    assert sum(r["cases"] for n, r in voices.items() if n != "ALL") == voices["ALL"]["cases"] == 3
+    assert voices["ALL"]["voice_pass"] == pytest.approx(sum(c["voice_ok"] for c in data["cases"]) / 3, abs=1e-3)
+
+
 # ------------------------------------------------------------------------------ bench wer
 
 
