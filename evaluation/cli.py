@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .cases import CasesError
 from .corpus import Domain, Engines, Fitter, discover, format_corpus, leave_one_out, save_corpus_chart, worst
-from .corpus_audio import audio_corpus, audio_corpus_json, format_audio_corpus
+from .corpus_audio import audio_corpus, audio_corpus_json, diff_voice_runs, format_audio_corpus, load_voice_run
 from .corpus_diff import DiffError, diff_runs, load_run
 from .evaluate import AudioSetup
 from .evaluate import cli as single_cli
@@ -37,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
                    "words should get the same action")
     p.add_argument("--against", metavar="CORPUS_JSON",
                    help="compare with an earlier run's corpus.json (from --out): cases gained and lost, unsafe "
-                   "answers, and how many turns changed decision")
+                   "answers, and how many turns changed decision; with --audio-dir, an earlier voice.json: spoken "
+                   "cases gained and lost, with what was heard then and now")
     p.add_argument("--min-worst", type=float, default=None,
                    help="exit 1 when the worst unsealed domain's case pass is below this (a CI gate)")
     return p
@@ -63,13 +64,14 @@ def corpus_cli(argv: list[str], audio_setup: AudioSetup | None = None) -> int:
         if not (args.no_refit or args.punctuation) and sum(not d.sealed for d in domains) < 2:
             raise CasesError(f"{args.corpus}: leave-one-domain-out needs at least two domains to fit on; "
                              "add domains, or score with the shipped scorer (--no-refit)")
-        before = load_run(args.against) if args.against else None
+        before = load_run(args.against) if args.against and not args.audio_dir else None
+        voice_before = load_voice_run(args.against) if args.against and args.audio_dir else None
     except (CasesError, DiffError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     engines = Engines()
     if args.audio_dir:
-        return _audio(args, domains, engines, audio_setup)
+        return _audio(args, domains, engines, audio_setup, voice_before)
     if args.punctuation:
         return _punctuation(args, domains, engines)
     try:
@@ -124,7 +126,8 @@ def _punctuation(args: argparse.Namespace, domains: list[Domain], engines: Engin
     return 0
 
 
-def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, audio_setup: AudioSetup | None) -> int:
+def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, audio_setup: AudioSetup | None,
+           before: dict[str, object] | None) -> int:
     root = Path(args.audio_dir)
     if audio_setup is None:
         print("error: --audio-dir needs the voice path; run it through `run.py eval`", file=sys.stderr)
@@ -142,6 +145,8 @@ def _audio(args: argparse.Namespace, domains: list[Domain], engines: Engines, au
         Path(args.out).mkdir(parents=True, exist_ok=True)
         (Path(args.out) / "voice.json").write_text(json.dumps(data, indent=1), encoding="utf-8")
     print(json.dumps(data) if args.json else format_audio_corpus(scored, failures=args.failures))
+    if before is not None and not args.json:
+        print("\n" + "\n".join(diff_voice_runs(before, data)))
     if args.out and not args.json:
         print(f"\nwrote {Path(args.out) / 'voice.json'}")
     return 0

@@ -4,6 +4,7 @@ so the table shows what hearing costs per domain and per channel. Leave-one-doma
 corpus: a domain's scorer is fitted on the other domains. Sealed domains have no recordings here."""
 from __future__ import annotations
 
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -14,6 +15,7 @@ from policy.config import Costs
 from .audio_gap import (GapRow, Pair, channel_reader, gap_rows, gap_tables, hearing_lines, reheard_line, text_twins,
                         voice_reader)
 from .corpus import Domain, Engines, Fitted, Fitter
+from .corpus_diff import DiffError
 from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
 from .metrics import CaseResult
 
@@ -112,4 +114,43 @@ def audio_corpus_json(scored: list[DomainAudio]) -> dict[str, object]:
                    "voice": by_voice[id(v)], "voice_ok": v.ok, "text_ok": t.ok, "failures": v.failures,
                    "heard": hearing_lines(v)} for da, v, t in pairs],
     }
+
+
+def load_voice_run(path: str | Path) -> dict[str, object]:
+    """An earlier run's voice.json (`eval --corpus --audio-dir --out DIR`), checked."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DiffError(f"{p}: cannot read an earlier voice run ({exc})") from None
+    cases = data.get("cases") if isinstance(data, dict) else None
+    if not isinstance(cases, list) or not all(isinstance(c, dict) and {"domain", "id", "voice_ok"} <= set(c)
+                                              for c in cases):
+        raise DiffError(f"{p}: not a voice run (expected the voice.json that `eval --corpus --audio-dir --out DIR` "
+                        "writes)")
+    return data
+
+
+def diff_voice_runs(before: dict[str, object], now: dict[str, object]) -> list[str]:
+    """Spoken cases gained and lost since an earlier run of the same recordings, with what was heard
+    then and now: a change to the voice path moves cases it does not touch, so look at which moved."""
+    def index(run: dict[str, object]) -> dict[str, dict]:
+        return {f"{c['domain']}/{c['id']}": c for c in run["cases"]}  # type: ignore[attr-defined]
+
+    old, new = index(before), index(now)
+    both = sorted(old.keys() & new.keys())
+    gained = [k for k in both if new[k]["voice_ok"] and not old[k]["voice_ok"]]
+    lost = [k for k in both if old[k]["voice_ok"] and not new[k]["voice_ok"]]
+    unsafe = [next((r["voice_unsafe"] for r in run.get("voices", []) if r.get("channel") == "ALL"), "?")  # type: ignore[attr-defined]
+              for run in (before, now)]
+    out = [f"voice against the earlier run: spoken cases passed {sum(old[k]['voice_ok'] for k in both)} -> "
+           f"{sum(new[k]['voice_ok'] for k in both)} of {len(both)}, unsafe voice answers {unsafe[0]} -> {unsafe[1]}"]
+    for tag, keys in (("gained", gained), ("lost  ", lost)):
+        for k in keys:
+            out.append(f"  {tag} {k} [{new[k].get('voice', '')}]")
+            out += [f"      before {x}" for x in old[k].get("heard", [])]
+            out += [f"      now    {x}" for x in new[k].get("heard", [])]
+    if missing := len(new.keys() - old.keys()):
+        out.append(f"  {missing} spoken cases not in the earlier run")
+    return out
 

@@ -27,6 +27,8 @@ pytestmark = pytest.mark.slow
     (["eval", "--corpus", str(ROOT / "tests" / "data" / "one_domain")], "needs at least two domains"),
     (["eval", "--corpus", str(ROOT / "fixtures" / "domains"), "--against", "/no/such/corpus.json"],
      "cannot read an earlier corpus run"),
+    (["eval", "--corpus", str(ROOT / "fixtures" / "domains"), "--audio-dir", str(ROOT / "fixtures"), "--against",
+      str(ROOT / "pyproject.toml")], "cannot read an earlier voice run"),
     (["replay", "--kb", KB, "--role", "agnet", str(ROOT / "fixtures" / "audio" / "d01.wav")], "unknown role 'agnet'"),
     (["client", "--text", "hi", "--resume-url", "http://127.0.0.1:1/v1/call"], "--resume-url http://"),
     (["bench", "load", "--servers", "2", "--store", "jsonl"], "servers share calls through PostgreSQL"),

@@ -190,6 +190,10 @@ def test_corpus_voice_eval_writes_every_spoken_case_with_its_voice(generated, tm
     assert set(voices) == {e["voice"] for e in manifest.values()} | {"ALL"}
     assert sum(r["cases"] for n, r in voices.items() if n != "ALL") == voices["ALL"]["cases"] == 3
     assert voices["ALL"]["voice_pass"] == pytest.approx(sum(c["voice_ok"] for c in data["cases"]) / 3, abs=1e-3)
+    again = _run("run.py", "eval", "--corpus", ROOT / "fixtures" / "domains", "--audio-dir", generated[0],
+                 "--no-refit", "--against", tmp_path / "voice.json", timeout=600)  # the same recordings, heard again
+    passed = sum(c["voice_ok"] for c in data["cases"])
+    assert again.returncode == 0 and f"spoken cases passed {passed} -> {passed} of 3" in again.stdout, again.stderr
 
 
 # ------------------------------------------------------------------------------ bench wer

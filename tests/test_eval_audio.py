@@ -259,3 +259,28 @@ def test_voice_is_compared_with_text_per_voice(tmp_path):
     (tmp_path / "manifest.yaml").write_text("files:\n- {id: a}\n- {id: b}\n")
     plain = gap_tables(pairs, channel_reader(tmp_path), voice_reader(tmp_path), Costs())
     assert plain.count("voice against text") == 1 and "\nvoice " not in plain  # no voices named: no per-voice table
+
+@pytest.mark.unit
+def test_two_voice_runs_are_compared_case_by_case(tmp_path):
+    from evaluation.corpus_audio import diff_voice_runs, load_voice_run
+    from evaluation.corpus_diff import DiffError
+
+    def run(ok: dict[str, bool], unsafe: int) -> dict:
+        return {"voices": [{"channel": "ALL", "voice_unsafe": unsafe}],
+                "cases": [{"domain": "gym", "id": i, "voice": "piper:joe", "voice_ok": v, "heard": [f"heard: {i} {v}"]}
+                          for i, v in ok.items()]}
+
+    before, now = run({"a": True, "b": False, "c": True}, 2), run({"a": False, "b": True, "c": True, "d": True}, 1)
+    lines = diff_voice_runs(before, now)
+    assert lines[0] == ("voice against the earlier run: spoken cases passed 2 -> 2 of 3, "
+                        "unsafe voice answers 2 -> 1")
+    assert "  gained gym/b [piper:joe]" in lines and "  lost   gym/a [piper:joe]" in lines
+    assert "      before heard: b False" in lines and "      now    heard: b True" in lines
+    assert lines[-1] == "  1 spoken cases not in the earlier run" and not any("gym/c" in x for x in lines)
+    good = tmp_path / "voice.json"
+    good.write_text(json.dumps(before))
+    assert load_voice_run(good) == before
+    for text in ("{not json", json.dumps({"cases": [{"id": "a"}]}), json.dumps({"gym": {"cases": 3}})):
+        good.write_text(text)
+        with pytest.raises(DiffError):
+            load_voice_run(good)
