@@ -55,7 +55,7 @@ def voices_of(audio_dir: Path) -> dict[str, str]:
 
 @dataclass
 class GapRow:
-    channel: str  # or, in a per-voice table, the voice
+    group: str  # the channel, or in a per-voice table the voice
     cases: int
     voice_pass: float
     text_pass: float
@@ -90,7 +90,7 @@ def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: 
             continue
         voice, text = summarize([v for v, _ in group], costs), summarize([t for _, t in group], costs)
         humans = [v for v, _ in group if v.case.bucket == "human_request"]
-        rows.append(GapRow(channel=name, cases=len(group), voice_pass=voice["case_pass_rate"] or 0.0,
+        rows.append(GapRow(group=name, cases=len(group), voice_pass=voice["case_pass_rate"] or 0.0,
                            text_pass=text["case_pass_rate"] or 0.0, voice_unsafe=voice["unsafe_answers"],
                            text_unsafe=text["unsafe_answers"],
                            human_requests=len(humans), human_transferred=sum(map(_human_transferred, humans))))
@@ -98,12 +98,12 @@ def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: 
 
 
 def format_gap(rows: list[GapRow], label: str = "channel") -> str:
-    width = max([12, *(len(r.channel) + 2 for r in rows)])
+    width = max([12, *(len(r.group) + 2 for r in rows)])
     head = f"{label:<{width}}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}  human requests transferred"
     lines = ["voice against text, the same cases:", head, "-" * len(head)]
     for r in rows:
         humans = f"{r.human_transferred}/{r.human_requests}" if r.human_requests else "-"
-        lines.append(f"{r.channel:<{width}}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
+        lines.append(f"{r.group:<{width}}{r.cases:>6}{r.voice_pass:>8.3f}{r.text_pass:>8.3f}{r.gap:>+8.3f}"
                      f"{f'{r.voice_unsafe}/{r.text_unsafe}':>12}  {humans}")
     return "\n".join(lines)
 

@@ -72,18 +72,16 @@ def format_audio_corpus(scored: list[DomainAudio], failures: bool = False) -> st
     head = f"{'domain':<14}{'cases':>6}{'voice':>8}{'text':>8}{'gap':>8}{'unsafe v/t':>12}{'phone gap':>11}  human requests"
     lines = ["voice against text, the same cases, per domain:", head, "-" * len(head)]
     for da in scored:
-        all_, phone = da.rows[-1], next((r for r in da.rows if r.channel == "telephone"), None)
+        all_, phone = da.rows[-1], next((r for r in da.rows if r.group == "telephone"), None)
         humans = f"{all_.human_transferred}/{all_.human_requests}" if all_.human_requests else "-"
         lines.append(f"{da.name:<14}{all_.cases:>6}{all_.voice_pass:>8.3f}{all_.text_pass:>8.3f}{all_.gap:>+8.3f}"
                      f"{f'{all_.voice_unsafe}/{all_.text_unsafe}':>12}{(f'{phone.gap:+.3f}' if phone else '-'):>11}  {humans}")
     if scored:
         worst = min(scored, key=lambda da: da.rows[-1].gap)
         lines.append(f"worst gap: {worst.name} {worst.rows[-1].gap:+.3f}")
-        pairs = [p for da in scored for p in da.pairs]
-        by_channel = {id(p[0]): da.channel_of(p[0]) for da in scored for p in da.pairs}
-        by_voice = {id(p[0]): da.voice_of(p[0]) for da in scored for p in da.pairs}
+        pairs, channel_of, voice_of = _pooled(scored)
         lines += ["", "all domains, per channel and per voice:"]
-        lines.append(gap_tables(pairs, lambda r: by_channel[id(r)], lambda r: by_voice[id(r)], scored[0].costs))
+        lines.append(gap_tables(pairs, channel_of, voice_of, scored[0].costs))
         lines.append(reheard_line(pairs))
     if failures:
         for da in scored:
@@ -98,21 +96,26 @@ def _row(r: GapRow) -> dict[str, object]:
     return {**asdict(r), "gap": round(r.gap, 4)}
 
 
+def _pooled(scored: list[DomainAudio]) -> tuple[list[Pair], Callable[[CaseResult], str], Callable[[CaseResult], str]]:
+    """Every domain's (voice, text) pairs together, with each spoken case's channel and voice."""
+    pairs = [p for da in scored for p in da.pairs]
+    by_channel = {id(v): da.channel_of(v) for da in scored for v, _ in da.pairs}
+    by_voice = {id(v): da.voice_of(v) for da in scored for v, _ in da.pairs}
+    return pairs, lambda r: by_channel[id(r)], lambda r: by_voice[id(r)]
+
+
 def audio_corpus_json(scored: list[DomainAudio]) -> dict[str, object]:
     """The run as data (`--out DIR` writes it to DIR/voice.json, `--json` prints it): the tables'
     rows, and each spoken case with its channel, voice, both outcomes and what was heard."""
-    pairs = [(da, v, t) for da in scored for v, t in da.pairs]
+    pairs, channel_of, voice_of = _pooled(scored)
     costs = scored[0].costs if scored else Costs()
-    by_channel = {id(v): da.channel_of(v) for da, v, _ in pairs}
-    by_voice = {id(v): da.voice_of(v) for da, v, _ in pairs}
-    flat = [(v, t) for _, v, t in pairs]
     return {
         "domains": {da.name: [_row(r) for r in da.rows] for da in scored},
-        "channels": [_row(r) for r in gap_rows(flat, lambda r: by_channel[id(r)], costs)],
-        "voices": [_row(r) for r in gap_rows(flat, lambda r: by_voice[id(r)], costs, order=None)],
-        "cases": [{"domain": da.name, "id": v.case.id, "bucket": v.case.bucket, "channel": by_channel[id(v)],
-                   "voice": by_voice[id(v)], "voice_ok": v.ok, "text_ok": t.ok, "failures": v.failures,
-                   "heard": hearing_lines(v)} for da, v, t in pairs],
+        "channels": [_row(r) for r in gap_rows(pairs, channel_of, costs)],
+        "voices": [_row(r) for r in gap_rows(pairs, voice_of, costs, order=None)],
+        "cases": [{"domain": da.name, "id": v.case.id, "bucket": v.case.bucket, "channel": channel_of(v),
+                   "voice": voice_of(v), "voice_ok": v.ok, "text_ok": t.ok, "failures": v.failures,
+                   "heard": hearing_lines(v)} for da in scored for v, t in da.pairs],
     }
 
 
@@ -141,7 +144,7 @@ def diff_voice_runs(before: dict[str, object], now: dict[str, object]) -> list[s
     both = sorted(old.keys() & new.keys())
     gained = [k for k in both if new[k]["voice_ok"] and not old[k]["voice_ok"]]
     lost = [k for k in both if old[k]["voice_ok"] and not new[k]["voice_ok"]]
-    unsafe = [next((r["voice_unsafe"] for r in run.get("voices", []) if r.get("channel") == "ALL"), "?")  # type: ignore[attr-defined]
+    unsafe = [next((r["voice_unsafe"] for r in run.get("voices", []) if r.get("group") == "ALL"), "?")  # type: ignore[attr-defined]
               for run in (before, now)]
     out = [f"voice against the earlier run: spoken cases passed {sum(old[k]['voice_ok'] for k in both)} -> "
            f"{sum(new[k]['voice_ok'] for k in both)} of {len(both)}, unsafe voice answers {unsafe[0]} -> {unsafe[1]}"]
@@ -153,4 +156,3 @@ def diff_voice_runs(before: dict[str, object], now: dict[str, object]) -> list[s
     if missing := len(new.keys() - old.keys()):
         out.append(f"  {missing} spoken cases not in the earlier run")
     return out
-

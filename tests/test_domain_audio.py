@@ -186,7 +186,7 @@ def test_corpus_voice_eval_writes_every_spoken_case_with_its_voice(generated, tm
     manifest = {e["id"]: e for e in yaml.safe_load((generated[0] / DOMAIN / "manifest.yaml").read_text())["files"]}
     assert {c["id"]: c["voice"] for c in data["cases"]} == {i: e["voice"] for i, e in manifest.items()}
     assert all(c["heard"] and c["heard"][0].startswith("heard: ") for c in data["cases"])
-    voices = {r["channel"]: r for r in data["voices"]}
+    voices = {r["group"]: r for r in data["voices"]}
     assert set(voices) == {e["voice"] for e in manifest.values()} | {"ALL"}
     assert sum(r["cases"] for n, r in voices.items() if n != "ALL") == voices["ALL"]["cases"] == 3
     assert voices["ALL"]["voice_pass"] == pytest.approx(sum(c["voice_ok"] for c in data["cases"]) / 3, abs=1e-3)

@@ -223,7 +223,7 @@ def test_voice_is_compared_with_text_per_channel(tmp_path):
               result("c", Action.transfer, "audio"), result("t", Action.refuse, "text")]
     pairs = text_twins(spoken, lambda r: result(r.case.id, Action.transfer, "text"))
     rows = gap_rows(pairs, channel_reader(tmp_path), Costs())
-    by = {r.channel: r for r in rows}
+    by = {r.group: r for r in rows}
     assert set(by) == {"telephone", "noisy", "wideband", "ALL"}  # the text-only case is not compared
     assert (by["telephone"].voice_pass, by["telephone"].text_pass, by["telephone"].gap) == (0.0, 1.0, -1.0)
     assert (by["ALL"].cases, by["ALL"].human_requests, by["ALL"].human_transferred) == (3, 3, 2)
@@ -266,7 +266,7 @@ def test_two_voice_runs_are_compared_case_by_case(tmp_path):
     from evaluation.corpus_diff import DiffError
 
     def run(ok: dict[str, bool], unsafe: int) -> dict:
-        return {"voices": [{"channel": "ALL", "voice_unsafe": unsafe}],
+        return {"voices": [{"group": "ALL", "voice_unsafe": unsafe}],
                 "cases": [{"domain": "gym", "id": i, "voice": "piper:joe", "voice_ok": v, "heard": [f"heard: {i} {v}"]}
                           for i, v in ok.items()]}
 
