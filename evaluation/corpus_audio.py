@@ -4,7 +4,6 @@ so the table shows what hearing costs per domain and per channel. Leave-one-doma
 corpus: a domain's scorer is fitted on the other domains. Sealed domains have no recordings here."""
 from __future__ import annotations
 
-import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -15,7 +14,7 @@ from policy.config import Costs
 from .audio_gap import (GapRow, Pair, channel_reader, gap_rows, gap_tables, hearing_lines, reheard_line, text_twins,
                         voice_reader)
 from .corpus import Domain, Engines, Fitted, Fitter
-from .corpus_diff import DiffError
+from .corpus_diff import DiffError, read_run
 from .evaluate import AudioSetup, costs_of, run_cases, run_text_case, scratch
 from .metrics import CaseResult
 
@@ -121,15 +120,11 @@ def audio_corpus_json(scored: list[DomainAudio]) -> dict[str, object]:
 
 def load_voice_run(path: str | Path) -> dict[str, object]:
     """An earlier run's voice.json (`eval --corpus --audio-dir --out DIR`), checked."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise DiffError(f"{p}: cannot read an earlier voice run ({exc})") from None
+    data = read_run(path, "voice")
     cases = data.get("cases") if isinstance(data, dict) else None
-    if not isinstance(cases, list) or not all(isinstance(c, dict) and {"domain", "id", "voice_ok"} <= set(c)
-                                              for c in cases):
-        raise DiffError(f"{p}: not a voice run (expected the voice.json that `eval --corpus --audio-dir --out DIR` "
+    if not isinstance(data, dict) or not isinstance(cases, list) or not all(
+            isinstance(c, dict) and {"domain", "id", "voice_ok"} <= set(c) for c in cases):
+        raise DiffError(f"{path}: not a voice run (expected the voice.json that `eval --corpus --audio-dir --out DIR` "
                         "writes)")
     return data
 

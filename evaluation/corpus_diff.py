@@ -48,14 +48,19 @@ class CorpusDiff:
         return out
 
 
-def load_run(path: str | Path) -> dict[str, Metrics]:
+def read_run(path: str | Path, what: str) -> object:
+    """An earlier run's JSON file (`what`: "corpus" or "voice"), or a DiffError saying why not."""
     p = Path(path)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise DiffError(f"{p}: cannot read an earlier corpus run ({exc})") from None
+        raise DiffError(f"{p}: cannot read an earlier {what} run ({exc})") from None
+
+
+def load_run(path: str | Path) -> dict[str, Metrics]:
+    data = read_run(path, "corpus")
     if not isinstance(data, dict) or not all(isinstance(v, dict) and "cases" in v for v in data.values()):
-        raise DiffError(f"{p}: not a corpus run (expected the corpus.json that `eval --corpus --out DIR` writes)")
+        raise DiffError(f"{path}: not a corpus run (expected the corpus.json that `eval --corpus --out DIR` writes)")
     return data  # checked above: a mapping of domain -> metrics
 
 
