@@ -78,13 +78,13 @@ def text_twins(results: list[CaseResult], text_run: Callable[[CaseResult], CaseR
     return [(r, text_run(r)) for r in results if r.mode == "audio"]
 
 
-def gap_rows(pairs: list[Pair], channel_of: Callable[[CaseResult], str], costs: Costs,
+def gap_rows(pairs: list[Pair], group_of: Callable[[CaseResult], str], costs: Costs,
              order: tuple[str, ...] | None = CHANNELS) -> list[GapRow]:
     """One row per group present (channels in `order`; with `order` None, whatever groups
-    `channel_of` gives, by name), then ALL, over (voice, text) pairs of the same cases."""
+    `group_of` gives, by name), then ALL, over (voice, text) pairs of the same cases."""
     rows = []
-    names = order if order is not None else tuple(sorted({channel_of(v) for v, _ in pairs}))
-    groups = [(c, [p for p in pairs if channel_of(p[0]) == c]) for c in names]
+    names = order if order is not None else tuple(sorted({group_of(v) for v, _ in pairs}))
+    groups = [(c, [p for p in pairs if group_of(p[0]) == c]) for c in names]
     for name, group in [g for g in groups if g[1]] + [("ALL", pairs)]:
         if not group:
             continue
