@@ -92,6 +92,7 @@ class PolicyLists(TypedDict, total=False):
 
     lexicons: dict[str, list[str] | None] | None
     facet_synonyms: dict[str, dict[str, list[str]] | None] | None
+    synonyms: dict[str, list[str] | None] | None
     intents: dict[str, object] | None
 
 
@@ -108,6 +109,7 @@ def count_yaml(data: PolicyLists) -> dict[str, int]:
         regexes += len(patterns or [])
     for values in (data.get("facet_synonyms") or {}).values():
         words += len(values or {})
+    words += len(data.get("synonyms") or {})
     for intent in (data.get("intents") or {}).values():
         words += 1 if intent else 0
     return {"regexes": regexes, "word_lists": words}

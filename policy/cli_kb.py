@@ -7,12 +7,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
 
 from kb.check import Finding, check_kb
-from kb.loader import KBNotFound, kb_dir_error, load_kb
+from kb.loader import KBNotFound, KnowledgeBase, kb_dir_error, load_kb
 
 from .config import KB_OVERRIDE_NAME, PolicyConfig, PolicyConfigError, load_policy_config
 
@@ -43,6 +44,7 @@ def _policy_vs_kb(cfg: PolicyConfig, kb_dir: str, where: str) -> list[Finding]:
             if key in facets and value not in facets[key]:
                 out.append(Finding(where, 0, "warning", f"facet_synonyms.{key}: {value!r} is not a value of "
                                    f"{key} in the KB" + _hint(value, facets[key])))
+    out += _synonym_findings(cfg, kb, where)
     teams = {d.handoff_team for d in kb.docs.values() if d.handoff_team}
     if teams and cfg.default_team not in teams:
         out.append(Finding(where, 0, "note", f"default_team {cfg.default_team!r} is not a handoff_team of any "
@@ -50,6 +52,25 @@ def _policy_vs_kb(cfg: PolicyConfig, kb_dir: str, where: str) -> list[Finding]:
     if teams and cfg.distress_team and cfg.distress_team not in teams:
         out.append(Finding(where, 0, "note", f"distress_team {cfg.distress_team!r} is not a handoff_team of any "
                            f"document{_hint(cfg.distress_team, teams)}; callers in danger or distress go there"))
+    return out
+
+
+def _synonym_findings(cfg: PolicyConfig, kb: KnowledgeBase, where: str) -> list[Finding]:
+    """A KB phrase no page says makes its callers' phrases search for nothing; a caller's phrase
+    listed for two KB phrases is read as only one of them."""
+    text = " ".join(" ".join(f"{kb.docs[s.doc_id].title} {s.heading} {s.text}".lower().split()) for s in kb.sections)
+    out: list[Finding] = []
+    seen: dict[str, str] = {}
+    for kb_phrase, callers in cfg.synonyms.items():
+        if not re.search(rf"(?<!\w){re.escape(' '.join(kb_phrase.lower().split()))}(?!\w)", text):
+            out.append(Finding(where, 0, "warning", f"synonyms: {kb_phrase!r} is in no section of the KB, so "
+                               "callers' words for it would search for words no page has"))
+        for c in callers:
+            key = " ".join(c.lower().split())
+            if key in seen and seen[key] != kb_phrase:
+                out.append(Finding(where, 0, "warning", f"synonyms: {c!r} is listed for both {seen[key]!r} and "
+                                   f"{kb_phrase!r}; it is read as {kb_phrase!r}"))
+            seen[key] = kb_phrase
     return out
 
 

@@ -79,6 +79,8 @@ class PolicyConfig(BaseModel):
     intents: dict[str, Intent] = Field(default_factory=dict)
     facet_synonyms: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     facet_questions: dict[str, str] = Field(default_factory=dict)
+    # {KB phrase: [callers' phrases]}: "vacation days" is read as "annual leave" (policy/normalize.py)
+    synonyms: dict[str, list[str]] = Field(default_factory=dict)
     default_team: str = "customer_care"
     # Where a caller in danger or distress goes (a welfare or safeguarding desk); None: the team of
     # the closest high-risk page among the hits, else default_team.

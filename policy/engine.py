@@ -19,6 +19,7 @@ from .config import PolicyConfig, load_policy_config
 from .facets import FacetReader, scoped_context
 from .intents import IntentReader
 from .language import normalize_text, question_focus
+from .normalize import synonym_table
 from .scorer import Scorer, load_scorer
 from .session import AsrSignal, Session, TurnOutcome
 from .session_state import SessionState, new_session_id
@@ -68,6 +69,7 @@ class Engine:
         self._facet_readers: dict[str, FacetReader | None] = {}
         self._intents: IntentReader | None = None
         self._intent_memo: dict[str, tuple[dict[str, float], dict[str, float]]] = {}
+        self.synonyms = synonym_table(config.synonyms)  # the callers' phrases for KB phrases
 
     @classmethod
     def load(cls, kb_dir: str | Path, *, policy_file: str | Path | None = None, state_dir: str | Path = "var",

@@ -4,6 +4,8 @@
   ("the the", "how much, how much do you");
 - spoken numbers to digits ("twenty four hours" → "24 hours", "two point five" → "2.5"), and a
   price as it is written ("seven pounds fifty" → "£7.50", `numbers.spoken_prices`);
+- the caller's words for a KB phrase, as the KB's `_policy.yaml` lists them under `synonyms`
+  ("vacation days" → "annual leave"): the KB's own words, so search and coverage see them;
 - split words joined when the joined form is a KB term ("e sim" → "eSIM", "wi fi" → "Wi-Fi");
 - mishearings healed toward KB vocabulary ("rooter" → "router", "voice male" → "voicemail"),
   conservatively: only words that are not common English words, only close matches, and
@@ -17,7 +19,7 @@ import difflib
 import functools
 import json
 import re
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from pydantic import BaseModel, Field
 from rapidfuzz import fuzz, process
@@ -219,6 +221,37 @@ def _joins(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
     return out
 
 
+def _synonyms(toks: list[Tok], changes: list[str], table: Mapping[tuple[str, ...], str]) -> list[Tok]:
+    """The caller's phrase for a KB phrase, matched as whole words in lower case and not across
+    punctuation inside it; the longest phrase wins where two start at one word."""
+    if not table:
+        return toks
+    longest = max(len(k) for k in table)
+    out: list[Tok] = []
+    i = 0
+    while i < len(toks):
+        for n in range(min(longest, len(toks) - i), 0, -1):
+            grp = toks[i:i + n]
+            kb_phrase = table.get(tuple(t.low for t in grp))
+            if kb_phrase is None or any(g.post.strip() for g in grp[:-1]) or any(g.pre for g in grp[1:]):
+                continue
+            new = Tok(kb_phrase)
+            new.pre, new.post = grp[0].pre, grp[-1].post
+            changes.append(f"synonym: {' '.join(g.core for g in grp)} -> {kb_phrase}")
+            out.append(new)
+            i += n
+            break
+        else:
+            out.append(toks[i])
+            i += 1
+    return out
+
+
+def synonym_table(synonyms: Mapping[str, Iterable[str]]) -> dict[tuple[str, ...], str]:
+    """`_policy.yaml`'s `synonyms` ({KB phrase: [callers' phrases]}) as the look-up `_synonyms` reads."""
+    return {tuple(c.lower().split()): kb for kb, callers in synonyms.items() for c in callers if c.split()}
+
+
 def _spelled_letters(toks: list[Tok], changes: list[str]) -> list[Tok]:
     """Letters spelled out one by one ("q r code", "the u k") become the abbreviation they spell.
     Runs the KB knows were already joined by `_joins` ("a p n" -> "APN"); a lone "a" or "I" at the
@@ -280,15 +313,18 @@ def _repairs(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
     return toks
 
 
-def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None) -> Normalized:
+def normalize_transcript(text: str, vocabulary: Iterable[str] | None = None,
+                         synonyms: Mapping[tuple[str, ...], str] | None = None) -> Normalized:
     """Rewrite a transcript for the policy; see the module docstring. `vocabulary`: KB terms
-    (`Engine.vocabulary(role)`), which decide joins and repairs."""
+    (`Engine.vocabulary(role)`), which decide joins and repairs; `synonyms`: `synonym_table`'s
+    look-up of the callers' phrases for KB phrases."""
     changes: list[str] = []
     vocab = _vocab(vocabulary)
     toks = tokens(text or "")
     toks = _drop_fillers(toks, changes)
     toks = spoken_numbers(toks, changes, vocab.lower_words)  # first: "twenty twenty six" is no restart
     toks = _restarts(toks, changes)
+    toks = _synonyms(toks, changes, synonyms or {})
     toks = _joins(toks, changes, vocab)
     toks = _spelled_letters(toks, changes)
     toks = _repairs(toks, changes, vocab)

@@ -130,7 +130,7 @@ class Session:
         """Spoken and typed turns alike: fillers, spoken numbers, misheard KB words; then what the
         turn asks, with a clarify's answer merged into the question it answers."""
         low_conf = bool(asr and asr.low_confidence) or not text.strip()
-        norm = None if low_conf else normalize_transcript(text, self.engine.vocabulary(self.role))
+        norm = None if low_conf else normalize_transcript(text, self.engine.vocabulary(self.role), self.engine.synonyms)
         said = norm.text if norm else text
         social = None if low_conf else small_talk(said)
         # a turn that asks for a person, an action or something refused, or says the caller is in danger,

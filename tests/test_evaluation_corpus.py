@@ -214,6 +214,7 @@ def test_the_rule_count_reads_code_not_comments():
     assert count_python(table) == {"regexes": 2, "word_lists": 0}
     assert count_yaml({"lexicons": {"h": ["a", "b"]}, "facet_synonyms": {"k": {"v": ["x"], "w": ["y"]}},
                        "intents": {"human_request": {"examples": ["x"]}}}) == {"regexes": 2, "word_lists": 3}
+    assert count_yaml({"synonyms": {"annual leave": ["vacation days"], "bill": ["invoice"]}})["word_lists"] == 2
     stats = policy_stats(ROOT)
     assert stats["total"] == stats["regexes"] + stats["word_lists"] > 0
     assert not any(name.endswith(("cases.py", "metrics.py")) for name in stats["files"])

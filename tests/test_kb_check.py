@@ -107,6 +107,17 @@ def test_a_distress_team_no_document_names_gets_a_note_with_a_hint(tmp_path):
     assert not any("distress_team" in ln for ln in _lines(policy_findings(str(kb), None)))
 
 
+def test_synonyms_for_a_phrase_no_page_says_or_listed_twice_are_warned(tmp_path):
+    kb = tmp_path / "kb"
+    _write(kb, "x.md", "id: x\ntitle: Paying your bill", "# Paying\nPay your bill by Direct Debit or card.\n")
+    (kb / "_policy.yaml").write_text('synonyms:\n  bill: ["invoice"]\n  direct debit: ["dd", "invoice"]\n'
+                                     '  top-up voucher: ["scratch card"]\n')
+    lines = _lines(policy_findings(str(kb), None))
+    assert any("'top-up voucher' is in no section" in ln for ln in lines)
+    assert any("'invoice' is listed for both 'bill' and 'direct debit'" in ln for ln in lines)
+    assert not any("'bill' is in no section" in ln or "'direct debit' is in no section" in ln for ln in lines)
+
+
 def test_the_committed_kbs_have_no_errors():
     for kb in ["fixtures/kb", "fixtures/kb_clinic", *sorted(map(str, (ROOT / "fixtures/domains").glob("*/kb")))]:
         errors = [f for f in check_kb(ROOT / kb) if f.severity == "error"]

@@ -322,3 +322,19 @@ def test_distress_said_in_a_run_on_transcript_still_goes_to_a_person(engine):
     assert engine.session().turn(said).decision.action.value == "transfer"
     assert "distress" in engine.intents(said)  # by the examples, from the piece cut before "I'm"
     assert "distress" not in engine.intents(said.replace("I'm scared to go out", "what do I do"))
+
+
+def test_the_kbs_synonyms_let_a_caller_say_it_in_their_own_words(engine, tmp_path):
+    import shutil
+
+    q = "When does my invoice get generated each month?"
+    assert ask(engine, q).action == Action.refuse  # the KB says "bill", never "invoice"
+    kb = tmp_path / "kb"
+    shutil.copytree("fixtures/kb", kb)
+    with open(kb / "_policy.yaml", "a", encoding="utf-8") as f:
+        f.write('\nsynonyms:\n  bill: ["invoice", "statement"]\n')
+    own = Engine.load(kb, state_dir=tmp_path / "state", on_date=DATE)
+    d = own.session().turn(q).decision
+    assert d.action == Action.answer and d.citations[0].doc_id == "bill-due-dates"
+    audit = [json.loads(x) for x in (own.state_dir / "audit.jsonl").read_text().splitlines()][-1]
+    assert "synonym: invoice -> bill" in audit["normalization"]

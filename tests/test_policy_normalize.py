@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.normalize import normalize_transcript
+from policy.normalize import normalize_transcript, synonym_table
 
 pytestmark = pytest.mark.unit
 
@@ -160,3 +160,27 @@ def test_the_narrowed_near_spelling_search_finds_what_difflib_alone_finds():
             tie = len(full) > 1 and score[1] >= score[0] - 1e-9 and vocab.by_key[full[0]].lower() != vocab.by_key[full[1]].lower()
             assert narrowed == (None if tie else vocab.by_key[full[0]]), k
     assert found > 50  # the probes do reach KB words
+
+
+SYNONYMS = synonym_table({"annual leave": ["vacation days", "holiday allowance"], "paper bill": ["printed statement"],
+                          "bill": ["invoice"]})
+
+
+@pytest.mark.parametrize("said,meant", [
+    ("How many vacation days do I get?", "How many annual leave do I get?"),
+    ("Vacation days, how many?", "Annual leave, how many?"),
+    ("What's my holiday allowance?", "What's my annual leave?"),
+    ("my invoice is wrong", "my bill is wrong"),
+    ("a printed statement costs what?", "a paper bill costs what?"),
+    # not across punctuation inside the phrase, nor a part of a word
+    ("I want a vacation, days off", "I want a vacation, days off"),
+    ("my invoices are wrong", "my invoices are wrong"),
+])
+def test_the_callers_phrase_for_a_kb_phrase_is_read_as_the_kb_says_it(said, meant):
+    assert normalize_transcript(said, None, SYNONYMS).text == meant
+
+
+def test_a_synonym_rewrite_is_listed_and_nothing_without_synonyms():
+    r = normalize_transcript("um my invoice", None, SYNONYMS)
+    assert r.text == "my bill" and "synonym: invoice -> bill" in r.changes
+    assert normalize_transcript("my invoice", None, {}).text == "my invoice"
