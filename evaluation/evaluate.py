@@ -28,6 +28,7 @@ from .audio_gap import channel_reader, gap_tables, hearing_lines, reheard_line, 
 from .cases import Case, CasesError, load_cases
 from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
+from .why import turn_why
 
 # (case, wav path) -> (transcripts, decisions[, problems[, hearing]]): one transcript and one decision
 # per detected caller turn; the optional problems (no reply audio, call errors) fail the case; the
@@ -113,7 +114,7 @@ def run_text_case(engine: Engine, case: Case, *, policy: str = "gated", default_
         sources = cited_sources(engine, decision, retrieval)
         records.append(TurnRecord(case_id=case.id, bucket=case.bucket, index=i, question=text,
                                   expected=expected[i], decision=decision, sources=sources,
-                                  stale_numbers=stale_numbers(retrieval, sources)))
+                                  stale_numbers=stale_numbers(retrieval, sources), why=turn_why(decision, out.graded)))
     return CaseResult(case=case, turns=records, mode="text", failures=case_failures(case, records))
 
 

@@ -106,6 +106,7 @@ class TurnRecord(BaseModel):
     sources: list[CitedSource] = Field(default_factory=list)
     # Numbers that only non-active retrieved sections state (a deprecated fee, a draft price).
     stale_numbers: list[str] = Field(default_factory=list)
+    why: str | None = None  # text cases: the reasons, the likeliest section and the words it lacks (why.py)
     _judged: dict[str, tuple[bool, list[str]]] = PrivateAttr(default_factory=dict)
 
 
@@ -243,7 +244,8 @@ def case_failures(case: Case, turns: list[TurnRecord]) -> list[str]:
     for rec in turns:
         if action_ok(rec) is False:
             want = "|".join(a.value for a in rec.expected or [])
-            out.append(f"turn {rec.index + 1}: expected {want}, got {rec.decision.action.value}")
+            out.append(f"turn {rec.index + 1}: expected {want}, got {rec.decision.action.value}"
+                       + (f" ({rec.why})" if rec.why else ""))
     decisions = [t.decision for t in turns]
     answers = [d for d in decisions if d.action == Action.answer]
     if e.cite_any and answers:

@@ -162,3 +162,22 @@ def test_empty_kb_is_an_error(cases_file, tmp_path, command):
     p = run(command, "--kb", str(tmp_path), "--cases", str(cases_file), timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip() == f"error: {tmp_path}: no loadable documents in the knowledge base"
+
+
+@pytest.mark.slow
+def test_a_failure_says_which_words_the_kb_lacks_and_a_synonym_fixes_it(tmp_path):
+    cases = tmp_path / "cases.yaml"
+    cases.write_text('- id: inv1\n  bucket: paraphrase\n  question: "When does my invoice get generated each month?"\n'
+                     '  expect: {action: answer}\n', encoding="utf-8")
+    p = run("eval", "--kb", str(KB), "--cases", str(cases))
+    assert p.returncode == 0, p.stderr
+    line = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("inv1"))
+    # "invoice" is close enough in meaning to "bill" to count as said; "generated" is not
+    assert "expected answer, got refuse (reasons: " in line and "likeliest bill-" in line and "'generated'" in line
+    kb = tmp_path / "kb"
+    shutil.copytree(KB, kb)
+    with open(kb / "_policy.yaml", "a", encoding="utf-8") as f:
+        f.write('\nsynonyms:\n  bill: ["invoice"]\n')
+    p = run("eval", "--kb", str(kb), "--cases", str(cases), "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.splitlines()[-1])["case_pass_rate"] == 1.0
