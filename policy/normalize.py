@@ -19,7 +19,7 @@ import difflib
 import functools
 import json
 import re
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pydantic import BaseModel, Field
 from rapidfuzz import fuzz, process
@@ -182,62 +182,24 @@ def _carry_punct(out: list[Tok], dropped: Tok) -> None:
         out[-1].post = out[-1].post[:-1]  # "like to, like, cancel" → "like to cancel"
 
 
-
-
-def _joins(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
-    """Adjacent words whose concatenation is a KB term ("e sim" → "eSIM", "pay pal" → "PayPal")."""
+def _replace_runs(toks: list[Tok], changes: list[str], sizes: Iterable[int],
+                  replace: Callable[[list[Tok]], tuple[str, str] | None]) -> list[Tok]:
+    """Runs of words unbroken by punctuation, of each size in turn (longest first), replaced by what
+    `replace` makes of them: (the new word, what kind of change) or None to leave them."""
+    sizes = tuple(sizes)
     out: list[Tok] = []
     i = 0
-    common = common_words()
     while i < len(toks):
-        done = False
-        for n in (3, 2):
-            grp = toks[i : i + n]
+        for n in sizes:
+            grp = toks[i:i + n]
             if len(grp) < n or any(g.post.strip() for g in grp[:-1]) or any(g.pre for g in grp[1:]):
                 continue
-            if not all(re.fullmatch(r"[A-Za-z]+", g.core) for g in grp):
+            got = replace(grp)
+            if got is None:
                 continue
-            joined = "".join(g.core for g in grp)
-            term = vocab.by_key.get(_key(joined))
-            how = "join"
-            if term is None and n == 2 and len(joined) >= 7:
-                # "voice male" → "voicemail": the pair together sounds like a KB term.
-                cand = vocab.close(joined, cutoff=0.85)
-                if cand and len(_key(cand)) >= 7 and _key(cand) not in common and not re.search(r"\W", cand) \
-                        and cand.lower() not in {g.low for g in grp}:
-                    term, how = cand, "repair"
-            if term is None or " " in term:
-                continue
-            new = Tok(term)
+            new = Tok(got[0])
             new.pre, new.post = grp[0].pre, grp[-1].post
-            changes.append(f"{how}: {' '.join(g.core for g in grp)} -> {term}")
-            out.append(new)
-            i += n
-            done = True
-            break
-        if not done:
-            out.append(toks[i])
-            i += 1
-    return out
-
-
-def _synonyms(toks: list[Tok], changes: list[str], table: Mapping[tuple[str, ...], str]) -> list[Tok]:
-    """The caller's phrase for a KB phrase, matched as whole words in lower case and not across
-    punctuation inside it; the longest phrase wins where two start at one word."""
-    if not table:
-        return toks
-    longest = max(len(k) for k in table)
-    out: list[Tok] = []
-    i = 0
-    while i < len(toks):
-        for n in range(min(longest, len(toks) - i), 0, -1):
-            grp = toks[i:i + n]
-            kb_phrase = table.get(tuple(t.low for t in grp))
-            if kb_phrase is None or any(g.post.strip() for g in grp[:-1]) or any(g.pre for g in grp[1:]):
-                continue
-            new = Tok(kb_phrase)
-            new.pre, new.post = grp[0].pre, grp[-1].post
-            changes.append(f"synonym: {' '.join(g.core for g in grp)} -> {kb_phrase}")
+            changes.append(f"{got[1]}: {' '.join(g.core for g in grp)} -> {got[0]}")
             out.append(new)
             i += n
             break
@@ -245,6 +207,37 @@ def _synonyms(toks: list[Tok], changes: list[str], table: Mapping[tuple[str, ...
             out.append(toks[i])
             i += 1
     return out
+
+
+def _joins(toks: list[Tok], changes: list[str], vocab: _Vocab) -> list[Tok]:
+    """Adjacent words whose concatenation is a KB term ("e sim" → "eSIM", "pay pal" → "PayPal")."""
+    common = common_words()
+
+    def joined_term(grp: list[Tok]) -> tuple[str, str] | None:
+        if not all(re.fullmatch(r"[A-Za-z]+", g.core) for g in grp):
+            return None
+        joined = "".join(g.core for g in grp)
+        term = vocab.by_key.get(_key(joined))
+        how = "join"
+        if term is None and len(grp) == 2 and len(joined) >= 7:
+            # "voice male" → "voicemail": the pair together sounds like a KB term.
+            cand = vocab.close(joined, cutoff=0.85)
+            if cand and len(_key(cand)) >= 7 and _key(cand) not in common and not re.search(r"\W", cand) \
+                    and cand.lower() not in {g.low for g in grp}:
+                term, how = cand, "repair"
+        return None if term is None or " " in term else (term, how)
+
+    return _replace_runs(toks, changes, (3, 2), joined_term)
+
+
+def _synonyms(toks: list[Tok], changes: list[str], table: Mapping[tuple[str, ...], str]) -> list[Tok]:
+    """The caller's phrase for a KB phrase, matched as whole words in lower case and not across
+    punctuation inside it; the longest phrase wins where two start at one word."""
+    if not table:
+        return toks
+    sizes = range(max(len(k) for k in table), 0, -1)
+    return _replace_runs(toks, changes, sizes, lambda grp: (kb, "synonym") if (
+        kb := table.get(tuple(t.low for t in grp))) is not None else None)
 
 
 def synonym_table(synonyms: Mapping[str, Iterable[str]]) -> dict[tuple[str, ...], str]:
