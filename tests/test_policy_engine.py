@@ -332,9 +332,11 @@ def test_the_kbs_synonyms_let_a_caller_say_it_in_their_own_words(engine, tmp_pat
     kb = tmp_path / "kb"
     shutil.copytree("fixtures/kb", kb)
     with open(kb / "_policy.yaml", "a", encoding="utf-8") as f:
-        f.write('\nsynonyms:\n  bill: ["invoice", "statement"]\n')
+        f.write('\nsynonyms:\n  bill: ["invoice", "statement"]\n  account holder: ["person"]\n')
     own = Engine.load(kb, state_dir=tmp_path / "state", on_date=DATE)
     d = own.session().turn(q).decision
     assert d.action == Action.answer and d.citations[0].doc_id == "bill-due-dates"
     audit = [json.loads(x) for x in (own.state_dir / "audit.jsonl").read_text().splitlines()][-1]
     assert "synonym: invoice -> bill" in audit["normalization"]
+    # a synonym never hides a request for a person: the turn as said is read for one too
+    assert own.session().turn("Can I speak to a real person?").decision.action == Action.transfer
