@@ -91,6 +91,23 @@ def test_the_agent_passes_every_example_case(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_example_synonym_answers_a_callers_word_the_pages_do_not_use(tmp_path):
+    """KB.md's table: "once-over" is read as "safety check"; without the synonym the turn is refused."""
+    import datetime as dt
+
+    from policy.engine import Engine
+
+    kb_dir, _ = write_example(tmp_path / "bike")
+    q = "Could you give my road bike a once-over before my trip, what does that cost?"
+    d = Engine.load(kb_dir, state_dir=tmp_path / "s1", on_date=dt.date(2026, 6, 1)).session().turn(q).decision
+    assert d.action.value == "answer" and "£25" in d.message
+    policy = kb_dir / "_policy.yaml"
+    policy.write_text(policy.read_text(encoding="utf-8").split("# Callers' words")[0], encoding="utf-8")
+    d = Engine.load(kb_dir, state_dir=tmp_path / "s2", on_date=dt.date(2026, 6, 1)).session().turn(q).decision
+    assert d.action.value == "refuse" and "£25" not in d.message
+
+
+@pytest.mark.slow
 @pytest.mark.server
 def test_the_example_kb_served_answers_its_cases_over_the_websocket(tmp_path):
     """The reader's last step: `run.py serve` on the example KB, typed turns of the example's
