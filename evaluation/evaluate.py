@@ -24,11 +24,11 @@ from policy.decision import Action, Decision
 from policy.engine import POLICIES, Engine, Session
 from policy.numbers import number_values
 
-from .audio_gap import channel_reader, gap_tables, hearing_lines, reheard_line, text_twins, voice_reader
+from .audio_gap import channel_reader, gap_tables, reheard_line, text_twins, voice_reader
 from .cases import Case, CasesError, load_cases
 from .charts import chart_path, save_bucket_chart, save_compare_chart, save_confusion_png, warn_if_empty
 from .metrics import CaseResult, CitedSource, Metrics, RateKey, TurnRecord, case_failures, evaluate_metrics
-from .why import turn_why
+from .why import SHOWN_GAPS, print_failures, turn_why, vocabulary_gaps
 
 # (case, wav path) -> (transcripts, decisions[, problems[, hearing]]): one transcript and one decision
 # per detected caller turn; the optional problems (no reply audio, call errors) fail the case; the
@@ -112,9 +112,10 @@ def run_text_case(engine: Engine, case: Case, *, policy: str = "gated", default_
             decision = session.recheck_before_speech(decision)
         retrieval = getattr(out, "retrieval", None)
         sources = cited_sources(engine, decision, retrieval)
+        why, lacking = turn_why(decision, out.graded)
         records.append(TurnRecord(case_id=case.id, bucket=case.bucket, index=i, question=text,
                                   expected=expected[i], decision=decision, sources=sources,
-                                  stale_numbers=stale_numbers(retrieval, sources), why=turn_why(decision, out.graded)))
+                                  stale_numbers=stale_numbers(retrieval, sources), why=why, lacking=lacking))
     return CaseResult(case=case, turns=records, mode="text", failures=case_failures(case, records))
 
 
@@ -270,21 +271,8 @@ def evaluate(engine: Engine, cases: list[Case], *, policy: str = "gated", defaul
     metrics["policy"] = policy
     metrics["kb_version"] = getattr(engine, "kb_version", "")
     metrics["audio_cases"] = sum(r.mode == "audio" for r in results)
+    metrics["vocabulary_gaps"] = dict(vocabulary_gaps(results).most_common(SHOWN_GAPS))
     return results, metrics
-
-
-def _print_failures(results: list[CaseResult], limit: int) -> None:
-    bad = [r for r in results if not r.ok]
-    if not bad or limit <= 0:
-        return
-    print(f"\nfailing cases ({len(bad)}):")
-    for r in bad[:limit]:
-        print(f"  {r.case.id} [{r.case.bucket}]: {'; '.join(r.failures)}")
-        if r.mode == "audio":  # what was heard decides an audio case: show it beside the failure
-            for line in hearing_lines(r):
-                print(f"      {line}")
-    if len(bad) > limit:
-        print(f"  ... and {len(bad) - limit} more (see --out)")
 
 
 def one_line(exc: BaseException) -> str:
@@ -390,7 +378,7 @@ def _run(args: argparse.Namespace, cases: list[Case], audio_dir: Path | None, st
                 pairs = text_twins(results, lambda r: run_text_case(engine, r.case, policy=policy, default_role=args.role))
                 print("\n" + gap_tables(pairs, channel_reader(audio_dir), voice_reader(audio_dir), costs_of(engine)))
                 print(reheard_line(pairs))
-            _print_failures(results, args.failures)
+            print_failures(results, args.failures)
             if args.out:
                 print(f"\nwrote {metrics['out']}, {metrics['png']} and {metrics['buckets_png']}")
     if args.compare:

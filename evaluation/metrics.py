@@ -67,6 +67,8 @@ class Metrics(Summary, total=False):
     policy: str
     kb_version: str
     audio_cases: int
+    # caller words most often missing from the likeliest section of a wrongly unanswered turn (why.py)
+    vocabulary_gaps: dict[str, int]
     png: str
     buckets_png: str
     out: str
@@ -107,6 +109,7 @@ class TurnRecord(BaseModel):
     # Numbers that only non-active retrieved sections state (a deprecated fee, a draft price).
     stale_numbers: list[str] = Field(default_factory=list)
     why: str | None = None  # text cases: the reasons, the likeliest section and the words it lacks (why.py)
+    lacking: list[str] = Field(default_factory=list)  # text cases: the caller's words that section lacks
     _judged: dict[str, tuple[bool, list[str]]] = PrivateAttr(default_factory=dict)
 
 

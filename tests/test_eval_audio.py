@@ -151,9 +151,9 @@ def test_eval_uses_injected_runner_for_cases_with_wavs(tmp_path, capsys):
 
     [r] = run_cases(Engine(), [case()], audio_dir=tmp_path, audio_runner=runner)
     assert seen == [("a1", tmp_path / "a1.wav")]
-    from evaluation.evaluate import _print_failures
+    from evaluation.why import print_failures
 
-    _print_failures([r], 5)
+    print_failures([r], 5)
     assert "      heard: heard" in capsys.readouterr().out  # a failing audio case shows what was heard
     assert r.mode == "audio" and r.line()["transcripts"] == ["heard"]
     assert r.failures == ["turn 1: expected refuse, got answer"]

@@ -174,10 +174,12 @@ def test_a_failure_says_which_words_the_kb_lacks_and_a_synonym_fixes_it(tmp_path
     line = next(ln for ln in p.stdout.splitlines() if ln.strip().startswith("inv1"))
     # "invoice" is close enough in meaning to "bill" to count as said; "generated" is not
     assert "expected answer, got refuse (reasons: " in line and "likeliest bill-" in line and "'generated'" in line
+    assert "callers' words the likeliest section did not say" in p.stdout and "'generated' (1)" in p.stdout
     kb = tmp_path / "kb"
     shutil.copytree(KB, kb)
     with open(kb / "_policy.yaml", "a", encoding="utf-8") as f:
         f.write('\nsynonyms:\n  bill: ["invoice"]\n')
     p = run("eval", "--kb", str(kb), "--cases", str(cases), "--json")
     assert p.returncode == 0, p.stderr
-    assert json.loads(p.stdout.splitlines()[-1])["case_pass_rate"] == 1.0
+    metrics = json.loads(p.stdout.splitlines()[-1])
+    assert metrics["case_pass_rate"] == 1.0 and metrics["vocabulary_gaps"] == {}
