@@ -3,8 +3,8 @@ import pytest
 
 from policy.decision import Action, Citation, Decision, Reason
 from kb.sound import SoundIndex, sound_alikes, sound_key, sound_repairs
-from voice_agent.call.rehear import (Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words,
-                                     weighed_line)
+from voice_agent.call.rehear import (Hypothesis, accept, answered_fragment, as_said, fitted_ask, needs_rehearing,
+                                     new_words, weighed_line)
 
 pytestmark = pytest.mark.unit
 
@@ -236,3 +236,12 @@ def test_a_hearing_of_an_answer_to_our_clarify_is_taken_only_when_it_is_read():
     assert accept(h, _asks_again(), first, -0.5, evidence, asked=("pet_type",)) is None
     assert accept(h, _refusal(), first, -0.5, evidence, asked=("pet_type",)) is None
     assert accept(h, _answer(), first, -0.5, "A dental cleaning for a dog costs $350.", asked=("pet_type",)) is None
+
+
+def test_an_answer_to_a_few_doubtful_words_is_heard_again_but_not_a_clear_or_long_one():
+    answer = Decision(action=Action.answer, message="Most stores open at 9am.", reasons=[Reason.grounded_answer])
+    assert answered_fragment(answer, "The regular...", -0.91)
+    assert not answered_fragment(answer, "The regular...", -0.2)  # heard clearly
+    assert not answered_fragment(answer, "What are your regular opening hours on a Sunday?", -0.91)
+    assert not answered_fragment(answer, "The regular...", None)  # typed
+    assert not answered_fragment(_refusal(), "The regular...", -0.91)  # refusals are heard again anyway

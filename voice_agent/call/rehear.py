@@ -61,6 +61,20 @@ class Hypothesis:
     prompted: bool = False
 
 
+# A hearing of a few words below this mean log-probability is doubtful enough that an answer to it is
+# heard again for a request for a person (`answered_fragment`).
+FRAGMENT_LOGPROB = -0.5
+
+
+def answered_fragment(d: Decision, text: str, avg_logprob: float | None) -> bool:
+    """An answer to a turn of at most MAX_ASK_WORDS words heard doubtfully: a short request for a
+    person that the line garbled can read as a topic ("Operator." heard as "The regular..." answered
+    with the regular opening hours). Such a turn is heard again, and a new hearing is taken only when
+    it asks for a person (speculation.py)."""
+    return d.action == Action.answer and avg_logprob is not None and avg_logprob < FRAGMENT_LOGPROB \
+        and len(text.split()) <= MAX_ASK_WORDS
+
+
 def needs_rehearing(d: Decision, asked: tuple[str, ...] = ()) -> bool:
     """Refused for lack of evidence, asked again because the hearing was doubtful, or asked again
     because the answer to our clarify (`asked`: the facets it asked for) could not be read."""

@@ -7,7 +7,7 @@ import asyncio
 
 import numpy as np
 
-from policy.decision import Action, Decision
+from policy.decision import Action, Decision, Reason
 from policy.engine import AsrSignal
 from kb.sound import sound_alikes
 
@@ -15,8 +15,8 @@ from ..stages.asr import looks_repetitive
 from ..stages.asr_beam import said_words
 from ..stages.turn_end import reads_complete
 from .core import CallCore
-from .rehear import (MAX_ASK_WORDS, Hypothesis, accept, as_said, fitted_ask, needs_rehearing, new_words,
-                     unread_answer, weighed_line)
+from .rehear import (MAX_ASK_WORDS, Hypothesis, accept, answered_fragment, as_said, fitted_ask, needs_rehearing,
+                     new_words, unread_answer, weighed_line)
 from .render import Render, cancel_render, finished_ok
 
 MAX_SOUND_ALIKES = 3  # previews per hearing: each costs one policy turn on the refusal path
@@ -119,13 +119,17 @@ class Speculation(CallCore):
         decided: Decision = first if first is not None else \
             await asyncio.to_thread(self._locked, self.session.preview, text, asr=signal)
         asked = pending if unread_answer(decided, pending) else ()  # a refusal after our clarify is a refusal
-        if not needs_rehearing(decided, asked):
+        fragment = answered_fragment(decided, text, signal.avg_logprob)
+        if not (needs_rehearing(decided, asked) or fragment):
             return None
         t0 = self.clock.now()
         try:
-            return await self._rehear(audio, text, signal, timings, weighed, asked)
+            found = await self._rehear(audio, text, signal, timings, weighed, asked)
         finally:
             timings["rehear"] = (self.clock.now() - t0) * 1000
+        if fragment and found is not None and Reason.human_requested not in found[2].reasons:
+            return None  # an answered fragment gives way only to a request for a person
+        return found
 
     async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal, timings: dict[str, float],
                       weighed: list[str], asked: tuple[str, ...]) -> tuple[str, AsrSignal, Decision] | None:
