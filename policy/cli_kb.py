@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
-import re
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -58,11 +57,11 @@ def _policy_vs_kb(cfg: PolicyConfig, kb_dir: str, where: str) -> list[Finding]:
 def _synonym_findings(cfg: PolicyConfig, kb: KnowledgeBase, where: str) -> list[Finding]:
     """A KB phrase no page says makes its callers' phrases search for nothing; a caller's phrase
     listed for two KB phrases is read as only one of them."""
-    text = " ".join(" ".join(f"{kb.docs[s.doc_id].title} {s.heading} {s.text}".lower().split()) for s in kb.sections)
+    text = f" {_words(' '.join(f'{kb.docs[s.doc_id].title} {s.heading} {s.text}' for s in kb.sections))} "
     out: list[Finding] = []
     seen: dict[str, str] = {}
     for kb_phrase, callers in cfg.synonyms.items():
-        if not re.search(rf"(?<!\w){re.escape(' '.join(kb_phrase.lower().split()))}(?!\w)", text):
+        if f" {_words(kb_phrase)} " not in text:
             out.append(Finding(where, 0, "warning", f"synonyms: {kb_phrase!r} is in no section of the KB, so "
                                "callers' words for it would search for words no page has"))
         for c in callers:
@@ -72,6 +71,11 @@ def _synonym_findings(cfg: PolicyConfig, kb: KnowledgeBase, where: str) -> list[
                                    f"{kb_phrase!r}; it is read as {kb_phrase!r}"))
             seen[key] = kb_phrase
     return out
+
+
+def _words(text: str) -> str:
+    """Lower-case words and digits, one space apart: "Wi-Fi Calling." is "wi fi calling"."""
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text.lower()).split())
 
 
 def _hint(name: str, known: Iterable[str]) -> str:
