@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from kb.tokenize import STOPWORDS
 from policy.decision import Action, Decision, Reason
+from policy.intents import DOUBTFUL_LOGPROB
 
 # Refusals for lack of evidence: the ones a misheard word can cause.
 EVIDENCE_REFUSALS = {Reason.no_relevant_evidence, Reason.low_retrieval_score, Reason.required_fact_not_covered,
@@ -61,17 +62,12 @@ class Hypothesis:
     prompted: bool = False
 
 
-# A hearing of a few words below this mean log-probability is doubtful enough that an answer to it is
-# heard again for a request for a person (`answered_fragment`).
-FRAGMENT_LOGPROB = -0.5
-
-
 def answered_fragment(d: Decision, text: str, avg_logprob: float | None) -> bool:
-    """An answer to a turn of at most MAX_ASK_WORDS words heard doubtfully: a short request for a
-    person that the line garbled can read as a topic ("Operator." heard as "The regular..." answered
-    with the regular opening hours). Such a turn is heard again, and a new hearing is taken only when
-    it asks for a person (speculation.py)."""
-    return d.action == Action.answer and avg_logprob is not None and avg_logprob < FRAGMENT_LOGPROB \
+    """An answer to a turn of at most MAX_ASK_WORDS words heard doubtfully (under DOUBTFUL_LOGPROB):
+    a short request for a person that the line garbled can read as a topic ("Operator." heard as
+    "The regular..." answered with the regular opening hours). Such a turn is heard again, and a new
+    hearing is taken only when it asks for a person (speculation.py)."""
+    return d.action == Action.answer and avg_logprob is not None and avg_logprob < DOUBTFUL_LOGPROB \
         and len(text.split()) <= MAX_ASK_WORDS
 
 

@@ -124,18 +124,20 @@ class Speculation(CallCore):
             return None
         t0 = self.clock.now()
         try:
-            found = await self._rehear(audio, text, signal, timings, weighed, asked)
+            return await self._rehear(audio, text, signal, timings, weighed, asked, requests_only=fragment)
         finally:
             timings["rehear"] = (self.clock.now() - t0) * 1000
-        if fragment and found is not None and Reason.human_requested not in found[2].reasons:
-            return None  # an answered fragment gives way only to a request for a person
-        return found
 
     async def _rehear(self, audio: np.ndarray, text: str, signal: AsrSignal, timings: dict[str, float],
-                      weighed: list[str], asked: tuple[str, ...]) -> tuple[str, AsrSignal, Decision] | None:
+                      weighed: list[str], asked: tuple[str, ...],
+                      requests_only: bool = False) -> tuple[str, AsrSignal, Decision] | None:
+        """`requests_only`: an answered fragment, which gives way only to a hearing that asks for a person."""
+        async def weigh(h: Hypothesis) -> tuple[str, AsrSignal, Decision] | None:
+            return await self._try_hypothesis(h, text, signal, weighed, asked, requests_only)
+
         # a doubtful hearing's words are no ground for sound-alikes: only a second decode
         for h in [] if signal.low_confidence else self._sound_alikes(text, signal.avg_logprob):
-            if (found := await self._try_hypothesis(h, text, signal, weighed, asked)) is not None:
+            if (found := await weigh(h)) is not None:
                 return found
         # the two decodes run side by side (each model has its own workers): the refusal path waits
         # for the slower one, not for both
@@ -143,15 +145,15 @@ class Speculation(CallCore):
         decodes.add_done_callback(lambda t: t.cancelled() or t.exception())  # an unused one's error is not news
         try:
             if (fresh := await self._second_model(audio, text, timings)) is not None:
-                if (found := await self._try_hypothesis(fresh, text, signal, weighed, asked)) is not None:
+                if (found := await weigh(fresh)) is not None:
                     return found
             for h in await decodes:
-                if (found := await self._try_hypothesis(h, text, signal, weighed, asked)) is not None:
+                if (found := await weigh(h)) is not None:
                     return found
         finally:
             decodes.cancel()
         if (ask := await self._fitted_ask(audio, text, signal, timings)) is not None:
-            return await self._try_hypothesis(ask, text, signal, weighed, asked)
+            return await weigh(ask)
         return None
 
     async def _second_model(self, audio: np.ndarray, text: str, timings: dict[str, float]) -> Hypothesis | None:
@@ -213,12 +215,15 @@ class Speculation(CallCore):
                 for fixed, r in sound_alikes(text, self.runtime.engine.sound_index(self.role))[:MAX_SOUND_ALIKES]]
 
     async def _try_hypothesis(self, h: Hypothesis, text: str, signal: AsrSignal, weighed: list[str],
-                              asked: tuple[str, ...]) -> tuple[str, AsrSignal, Decision] | None:
+                              asked: tuple[str, ...],
+                              requests_only: bool = False) -> tuple[str, AsrSignal, Decision] | None:
         sig = AsrSignal(avg_logprob=h.avg_logprob, no_speech_prob=signal.no_speech_prob, low_confidence=False,
                         raw_text=signal.raw_text or text)
         o = await asyncio.to_thread(self._locked, self.session.preview_turn, h.text, asr=sig)
         d = o.decision
         why = accept(h, d, text, signal.avg_logprob, self._evidence_text(d, o.evidence), asked)
+        if requests_only and Reason.human_requested not in d.reasons:
+            why = None
         if why is None:
             weighed.append(weighed_line(h, d))
             return None
